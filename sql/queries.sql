@@ -1,0 +1,359 @@
+-- Named queries, loaded once by supervisor/queries.py into a dict.
+-- Each block starts with "-- name: <name>", then comment lines that describe it, then the SQL.
+-- Parameters use psycopg's %(name)s style; every value is a parameter, never formatted in.
+
+-- name: enqueue
+-- Inserts one job through the caller's connection. A unique key that is already held by an
+-- available or running job inserts nothing and returns no row. Notifies the queue's channel
+-- when the job is due now; NOTIFY deduplicates identical payloads within a transaction, so a
+-- transaction that enqueues many jobs to one queue wakes listeners once.
+WITH inserted AS (
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, max_attempts, unique_key)
+    VALUES (
+        %(queue)s,
+        %(kind)s,
+        %(args)s::jsonb,
+        %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(max_attempts)s,
+        %(unique_key)s
+    )
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+    DO NOTHING
+    RETURNING id, queue, run_at
+)
+SELECT
+    id,
+    CASE WHEN %(notify)s AND run_at <= now() THEN pg_notify('pgq_jobs', queue) END
+FROM inserted;
+
+-- name: job_by_unique_key
+-- The job that holds a unique key, when an enqueue with that key inserted nothing.
+SELECT id
+FROM pgq.jobs
+WHERE unique_key = %(unique_key)s
+  AND state IN ('available', 'running');
+
+-- name: jobs_by_unique_keys
+-- The jobs that hold any of these unique keys (bulk enqueue's duplicates).
+SELECT unique_key, id
+FROM pgq.jobs
+WHERE unique_key = ANY(%(unique_keys)s::text[])
+  AND state IN ('available', 'running');
+
+-- name: enqueue_many
+-- Inserts many jobs in one statement from parallel arrays, in input order (RETURNING follows
+-- the insert order, which follows the ORDER BY). Duplicated unique keys insert nothing.
+INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, max_attempts, unique_key)
+SELECT
+    t.queue,
+    t.kind,
+    t.args,
+    t.priority,
+    coalesce(t.run_at, now() + make_interval(secs => t.delay)),
+    t.max_attempts,
+    t.unique_key
+FROM unnest(
+    %(queues)s::text[],
+    %(kinds)s::text[],
+    %(args)s::jsonb[],
+    %(priorities)s::smallint[],
+    %(run_ats)s::timestamptz[],
+    %(delays)s::float8[],
+    %(max_attempts)s::integer[],
+    %(unique_keys)s::text[]
+) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key, ord)
+ORDER BY t.ord
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+DO NOTHING
+RETURNING id, unique_key;
+
+-- name: notify_queues
+-- One wake-up per queue that received due jobs in a bulk enqueue.
+SELECT pg_notify('pgq_jobs', q)
+FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: claim
+-- Claims up to %(limit)s due jobs of one queue, best priority first, then oldest run_at, then
+-- id: the order of the jobs_claim index after its queue column, so the plan reads the index in
+-- order and stops at LIMIT (no sort, whatever the backlog). The claim takes one fresh fencing
+-- token for the whole batch; (id, lease_id) is the fence of each job. Attempts are counted
+-- here, so a job that kills its worker every time still runs out of attempts.
+WITH token AS (
+    SELECT nextval('pgq.lease_seq') AS lease_id
+),
+next AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'available'
+      AND queue = %(queue)s
+      AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgq.jobs AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    lease_id = token.lease_id,
+    locked_by = %(worker)s,
+    lease_until = now() + make_interval(secs => %(lease_seconds)s::float8),
+    started_at = now()
+FROM next, token
+WHERE j.id = next.id
+RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
+          j.lease_id, j.lease_until, j.created_at;
+
+-- name: complete
+-- Deletes successfully finished jobs, fenced on (id, lease_id) while still running; returns the
+-- ids that were still ours. With %(history)s, writes a compact history row in the same statement.
+WITH done AS (
+    DELETE FROM pgq.jobs AS j
+    USING unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
+    WHERE j.id = f.id
+      AND j.lease_id = f.lease_id
+      AND j.state = 'running'
+    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at
+),
+recorded AS (
+    INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                                 finished_at)
+    SELECT id, queue, kind, 'completed', attempts, created_at, started_at, now()
+    FROM done
+    WHERE %(history)s
+)
+SELECT id FROM done;
+
+-- name: settle
+-- Records every outcome other than success for claimed jobs, fenced on (id, lease_id): back to
+-- available after a delay (retry, snooze), back to available at its old run_at (release), or
+-- discarded with its reason (the dead-letter queue). %(refunds)s gives an attempt back (snooze,
+-- release); a null delay keeps run_at; a null error keeps the previous one. Returns the ids that
+-- were still ours. With %(history)s, discards also write a history row.
+WITH settled AS (
+    UPDATE pgq.jobs AS j
+    SET state = o.state,
+        run_at = CASE
+            WHEN o.delay IS NULL THEN j.run_at
+            ELSE now() + make_interval(secs => o.delay)
+        END,
+        attempts = j.attempts - o.refund,
+        last_error = coalesce(o.error, j.last_error),
+        lease_id = NULL,
+        locked_by = NULL,
+        lease_until = NULL,
+        finished_at = CASE WHEN o.state = 'discarded' THEN now() END
+    FROM unnest(
+        %(ids)s::bigint[],
+        %(lease_ids)s::bigint[],
+        %(states)s::text[],
+        %(delays)s::float8[],
+        %(refunds)s::integer[],
+        %(errors)s::text[]
+    ) AS o(id, lease_id, state, delay, refund, error)
+    WHERE j.id = o.id
+      AND j.lease_id = o.lease_id
+      AND j.state = 'running'
+    RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
+              j.finished_at
+),
+recorded AS (
+    INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                                 finished_at)
+    SELECT id, queue, kind, 'discarded', attempts, created_at, started_at, finished_at
+    FROM settled
+    WHERE state = 'discarded'
+      AND %(history)s
+)
+SELECT id FROM settled;
+
+-- name: renew_leases
+-- Extends the leases of claimed jobs, fenced on (id, lease_id); returns the ids still held.
+UPDATE pgq.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease_seconds)s::float8)
+FROM unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
+WHERE j.id = f.id
+  AND j.lease_id = f.lease_id
+  AND j.state = 'running'
+RETURNING j.id;
+
+-- name: renew_worker_leases
+-- Extends the leases of every job held by these workers (identities are never reused, so a job
+-- re-claimed by anyone else no longer matches). One statement per interval for a whole host.
+UPDATE pgq.jobs
+SET lease_until = now() + make_interval(secs => %(lease_seconds)s::float8)
+WHERE state = 'running'
+  AND locked_by = ANY(%(workers)s::text[]);
+
+-- name: lease_held
+-- Whether a claimed job is still ours and its lease has not run out.
+SELECT EXISTS (
+    SELECT 1
+    FROM pgq.jobs
+    WHERE id = %(id)s
+      AND lease_id = %(lease_id)s
+      AND state = 'running'
+      AND lease_until > now()
+);
+
+-- name: requeue_worker
+-- Gives back every job held by a worker that is known to be gone (its process exited). The
+-- attempt stays spent, since the job may be what killed it; a job out of attempts is discarded.
+-- %(policy_kinds)s / %(policy_max_attempts)s carry the operator's per-kind max_attempts, which
+-- win over the row's own.
+WITH target AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'running'
+      AND locked_by = %(worker)s
+    FOR UPDATE
+),
+decided AS (
+    SELECT j.id, j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
+    FROM pgq.jobs AS j
+    JOIN target USING (id)
+    LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
+        AS p(kind, max_attempts) ON p.kind = j.kind
+),
+moved AS (
+    UPDATE pgq.jobs AS j
+    SET state = CASE WHEN d.exhausted THEN 'discarded' ELSE 'available' END,
+        run_at = now(),
+        last_error = %(reason)s,
+        lease_id = NULL,
+        locked_by = NULL,
+        lease_until = NULL,
+        finished_at = CASE WHEN d.exhausted THEN now() END
+    FROM decided AS d
+    WHERE j.id = d.id
+    RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
+              j.finished_at
+),
+recorded AS (
+    INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                                 finished_at)
+    SELECT id, queue, kind, 'discarded', attempts, created_at, started_at, finished_at
+    FROM moved
+    WHERE state = 'discarded'
+      AND %(history)s
+)
+SELECT id, queue, kind, state, attempts FROM moved;
+
+-- name: rescue
+-- Returns up to %(limit)s jobs whose lease expired (their worker stopped renewing: a host that
+-- died, a network partition) to available, or to discarded when no attempts are left.
+-- SKIP LOCKED lets it run beside claims and finishes without waiting on them.
+WITH target AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'running'
+      AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+decided AS (
+    SELECT j.id, j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
+    FROM pgq.jobs AS j
+    JOIN target USING (id)
+    LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
+        AS p(kind, max_attempts) ON p.kind = j.kind
+),
+moved AS (
+    UPDATE pgq.jobs AS j
+    SET state = CASE WHEN d.exhausted THEN 'discarded' ELSE 'available' END,
+        run_at = now(),
+        last_error = 'lease expired: worker ' || j.locked_by || ' stopped renewing it',
+        lease_id = NULL,
+        locked_by = NULL,
+        lease_until = NULL,
+        finished_at = CASE WHEN d.exhausted THEN now() END
+    FROM decided AS d
+    WHERE j.id = d.id
+    RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
+              j.finished_at
+),
+recorded AS (
+    INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                                 finished_at)
+    SELECT id, queue, kind, 'discarded', attempts, created_at, started_at, finished_at
+    FROM moved
+    WHERE state = 'discarded'
+      AND %(history)s
+)
+SELECT id, queue, kind, state, attempts FROM moved;
+
+-- name: purge_discarded
+-- Deletes up to %(limit)s dead letters that finished before %(older_than)s; run in a loop.
+DELETE FROM pgq.jobs
+WHERE id IN (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'discarded'
+      AND finished_at < %(older_than)s
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: replay
+-- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
+-- caller must give at least one (or say all): ids, kind, queue, finished before a time.
+UPDATE pgq.jobs
+SET state = 'available',
+    attempts = 0,
+    run_at = now(),
+    finished_at = NULL
+WHERE state = 'discarded'
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
+RETURNING id, queue;
+
+-- name: history_partitions
+-- Creates the daily history partitions from today through %(days_ahead)s days later.
+SELECT pgq.ensure_history_partitions(now(), %(days_ahead)s);
+
+-- name: drop_history
+-- Drops history partitions whose day ended before %(older_than)s.
+SELECT pgq.drop_history_partitions(%(older_than)s);
+
+-- name: purge_history_default
+-- Deletes up to %(limit)s old rows that landed in the default history partition.
+DELETE FROM pgq.job_history_default
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid
+    FROM pgq.job_history_default
+    WHERE finished_at < %(older_than)s
+    LIMIT %(limit)s
+));
+
+-- name: table_health
+-- Is vacuum keeping up with the job table? Dead tuples should stay far below live ones.
+SELECT
+    s.n_live_tup,
+    s.n_dead_tup,
+    s.last_autovacuum,
+    s.last_vacuum,
+    s.autovacuum_count,
+    (SELECT extract(epoch FROM now() - min(run_at))
+     FROM pgq.jobs
+     WHERE state = 'available' AND run_at <= now()) AS oldest_available_age
+FROM pg_stat_user_tables AS s
+WHERE s.schemaname = 'pgq'
+  AND s.relname = 'jobs';
+
+-- name: queue_stats
+-- Per queue: jobs due now, scheduled for later, running, dead; age of the oldest due job.
+SELECT
+    queue,
+    count(*) FILTER (WHERE state = 'available' AND run_at <= now()) AS available,
+    count(*) FILTER (WHERE state = 'available' AND run_at > now()) AS scheduled,
+    count(*) FILTER (WHERE state = 'running') AS running,
+    count(*) FILTER (WHERE state = 'discarded') AS discarded,
+    coalesce(extract(epoch FROM now() - min(run_at)
+        FILTER (WHERE state = 'available' AND run_at <= now())), 0)::float8 AS oldest_ready_age
+FROM pgq.jobs
+GROUP BY queue
+ORDER BY queue;
