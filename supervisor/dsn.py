@@ -71,7 +71,7 @@ def connect(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
-    """Open a connection, turning failures into a DatabaseError naming the server, not the secret."""
+    """Open a connection; a failure becomes a DatabaseError naming the server, not the secret."""
     try:
         return psycopg.connect(
             dsn,

@@ -63,7 +63,9 @@ def _check_name(what: str, value: object) -> str:
     if not value.strip():
         raise EnqueueError(f"{what} must not be empty")
     if len(value) > MAX_NAME_LENGTH:
-        raise EnqueueError(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
+        raise EnqueueError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
     if "\x00" in value:
         raise EnqueueError(f"{what} contains a NUL character")
     return value
@@ -165,8 +167,16 @@ def enqueue(
     with that key is available or running returns that job's id and writes nothing.
     """
     row = _validate(
-        NewJob(kind, {} if args is None else args, queue, priority, delay, run_at,
-               max_attempts, unique_key)
+        NewJob(
+            kind,
+            {} if args is None else args,
+            queue,
+            priority,
+            delay,
+            run_at,
+            max_attempts,
+            unique_key,
+        )
     )
     params = {
         "queue": row.queue,

@@ -30,8 +30,9 @@ class LeaseLost(RuntimeError):
 
     def __init__(self, jobs: Sequence[Job]) -> None:
         self.jobs = list(jobs)
-        listed = ", ".join(f"{j.kind} job {j.id} (queue {j.queue}, attempt {j.attempts})"
-                           for j in self.jobs[:5])
+        listed = ", ".join(
+            f"{j.kind} job {j.id} (queue {j.queue}, attempt {j.attempts})" for j in self.jobs[:5]
+        )
         more = f" and {len(self.jobs) - 5} more" if len(self.jobs) > 5 else ""
         super().__init__(f"lease lost, result dropped: {listed}{more}")
 

@@ -50,8 +50,7 @@ def requeue_worker(
     """Give back every job held by ``worker``, which is known to be gone; the attempt counts."""
     rows = conn.execute(
         query("requeue_worker"),
-        {"worker": worker, "reason": reason, "history": history,
-         **_policy_params(max_attempts)},
+        {"worker": worker, "reason": reason, "history": history, **_policy_params(max_attempts)},
     ).fetchall()
     return [Moved(*row) for row in rows]
 
@@ -130,9 +129,12 @@ def purge_history(
     """Drop whole daily partitions older than ``older_than``; trim the default partition."""
     row = conn.execute(query("drop_history"), {"older_than": older_than}).fetchone()
     dropped = int(row[0]) if row else 0
-    while conn.execute(
-        query("purge_history_default"), {"older_than": older_than, "limit": batch}
-    ).rowcount >= batch:
+    while (
+        conn.execute(
+            query("purge_history_default"), {"older_than": older_than, "limit": batch}
+        ).rowcount
+        >= batch
+    ):
         pass
     return dropped
 
@@ -146,8 +148,12 @@ class ReplayFilter:
     everything: bool = False
 
     def is_empty(self) -> bool:
-        return (self.ids is None and self.kind is None and self.queue is None
-                and self.finished_before is None)
+        return (
+            self.ids is None
+            and self.kind is None
+            and self.queue is None
+            and self.finished_before is None
+        )
 
 
 def replay(conn: psycopg.Connection[Any], which: ReplayFilter) -> list[tuple[int, str]]:
@@ -189,7 +195,11 @@ def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
         return None
     live, dead, last_auto, last_manual, count, oldest = row
     return TableHealth(
-        int(live), int(dead), last_auto, last_manual, int(count),
+        int(live),
+        int(dead),
+        last_auto,
+        last_manual,
+        int(count),
         float(oldest) if oldest is not None else None,
     )
 

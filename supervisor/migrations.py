@@ -81,8 +81,9 @@ def migrate(target: str | psycopg.Connection[Any]) -> list[Migration]:
 
 def _migrate(conn: psycopg.Connection[Any]) -> list[Migration]:
     if not conn.autocommit:
-        raise ValueError("migrate needs an autocommit connection: each migration is its own "
-                         "transaction")
+        raise ValueError(
+            "migrate needs an autocommit connection: each migration is its own transaction"
+        )
     conn.execute("SELECT pg_advisory_lock(%s)", (locks.MIGRATE,))
     try:
         conn.execute(_BOOTSTRAP)

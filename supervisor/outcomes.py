@@ -29,7 +29,7 @@ def _seconds(delay: float | timedelta) -> float:
     return seconds
 
 
-class Outcome(Exception):  # noqa: N818 - these are outcomes, raised for control flow
+class Outcome(Exception):
     """Base of the typed outcomes a handler may raise."""
 
 
@@ -106,8 +106,9 @@ def discard(job: Job, reason: str) -> Settlement:
     return Settlement(job, "discarded", None, 0, reason[:MAX_ERROR_CHARS])
 
 
-def retry(job: Job, delay: float | timedelta, error: str, *, max_attempts: int | None = None
-          ) -> Settlement:
+def retry(
+    job: Job, delay: float | timedelta, error: str, *, max_attempts: int | None = None
+) -> Settlement:
     """Run again after ``delay``, or discard with ``error`` when the attempts are spent."""
     limit = max_attempts if max_attempts is not None else job.max_attempts
     if job.attempts >= limit:

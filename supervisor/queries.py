@@ -32,7 +32,7 @@ def parse(text: str) -> dict[str, str]:
     """Split a queries file into {name: sql}; the description comments stay with the SQL."""
     matches = list(_NAME.finditer(text))
     queries: dict[str, str] = {}
-    for match, following in zip(matches, [*matches[1:], None]):
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following else len(text)
         body = text[match.end() : end].strip()
         statement = "\n".join(
