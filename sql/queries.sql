@@ -357,3 +357,78 @@ SELECT
 FROM pgq.jobs
 GROUP BY queue
 ORDER BY queue;
+
+-- name: claim_maintenance_run
+-- Records that %(run_by)s runs the singleton task %(task)s now, unless some supervisor ran it
+-- less than %(interval)s seconds ago; returns a row only when this caller should run it.
+-- Called under the task's advisory lock, so two hosts cannot both pass at the same moment.
+INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by)
+VALUES (%(task)s, now(), %(run_by)s)
+ON CONFLICT (task) DO UPDATE
+SET last_run_at = now(),
+    run_by = EXCLUDED.run_by
+WHERE m.last_run_at <= now() - make_interval(secs => %(interval)s::float8)
+RETURNING task;
+
+-- name: heartbeat_supervisor
+-- Registers a supervisor, or refreshes its heartbeat.
+INSERT INTO pgq.supervisors (id, host, pid, config)
+VALUES (%(id)s, %(host)s, %(pid)s, %(config)s)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now();
+
+-- name: clear_workers
+-- Forgets a supervisor's children before their current list is written again.
+DELETE FROM pgq.workers
+WHERE supervisor_id = %(id)s;
+
+-- name: record_workers
+-- Writes a supervisor's children as they are now.
+INSERT INTO pgq.workers (supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
+                         job_started, spawned_at)
+SELECT %(id)s, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
+       w.job_started, w.spawned_at
+FROM unnest(
+    %(worker_ids)s::text[],
+    %(pools)s::text[],
+    %(slots)s::integer[],
+    %(pids)s::integer[],
+    %(states)s::text[],
+    %(job_ids)s::bigint[],
+    %(kinds)s::text[],
+    %(job_starts)s::timestamptz[],
+    %(spawned)s::timestamptz[]
+) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at);
+
+-- name: prune_supervisors
+-- Forgets supervisors (and, by cascade, their children) that stopped heartbeating.
+DELETE FROM pgq.supervisors
+WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s::float8)
+RETURNING id, host, pid;
+
+-- name: unregister_supervisor
+-- A supervisor that stops cleanly removes itself.
+DELETE FROM pgq.supervisors
+WHERE id = %(id)s;
+
+-- name: list_supervisors
+-- Live supervisors, for status.
+SELECT id, host, pid, config, started_at, heartbeat_at,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+FROM pgq.supervisors
+ORDER BY host, started_at;
+
+-- name: list_workers
+-- Children of live supervisors, for status.
+SELECT supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
+       extract(epoch FROM now() - job_started)::float8 AS job_age, spawned_at
+FROM pgq.workers
+ORDER BY supervisor_id, pool, slot;
+
+-- name: history_throughput
+-- Jobs finished per queue and outcome over the last %(seconds)s seconds (history kept only).
+SELECT queue, outcome, count(*) AS jobs
+FROM pgq.job_history
+WHERE finished_at > now() - make_interval(secs => %(seconds)s::float8)
+GROUP BY queue, outcome
+ORDER BY queue, outcome;

@@ -1,0 +1,187 @@
+"""A child's status board: shared memory the child writes and the master reads.
+
+Created by the master just before it forks the child (an anonymous MAP_SHARED mapping is shared
+across fork), so a child reports its state, its current jobs and its counters with plain memory
+writes: no pipe message or system call per job, which matters at thousands of jobs a second.
+The master reads the boards on its tick for job timeouts, process titles, status and metrics.
+
+Layout: 8-byte words, viewed both as unsigned integers and as doubles. Words 0-63 hold the
+state, counters and histograms; then one 8-word record per handler thread, each guarded by a
+sequence number (odd while the child is writing) so the master never reads half a record.
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+from enum import IntEnum
+
+WORD = 8
+HEADER_WORDS = 64
+THREAD_WORDS = 8
+
+
+class State(IntEnum):
+    BOOTING = 0
+    CONNECTING = 1
+    IDLE = 2
+    CLAIMING = 3
+    RUNNING = 4
+    DRAINING = 5
+
+
+class Counter(IntEnum):
+    """Monotonic counters, by word index."""
+
+    JOBS_RUN = 2
+    CLAIMS = 3
+    CLAIMS_EMPTY = 4
+    COMPLETED = 5
+    RETRIED = 6
+    DISCARDED = 7
+    SNOOZED = 8
+    RELEASED = 9
+    LOST = 10
+    UNKNOWN_KIND = 11
+
+
+_READY = 1
+_STATE = 0
+_CLAIM_SECONDS = 12  # double: sum of claim round-trip seconds
+_JOB_SECONDS = 13  # double: sum of handler seconds
+_MEMORY = 14  # bytes, last measured by the child
+_STATE_SINCE = 15  # double: wall-clock time the state last changed
+_CLAIM_BUCKETS_AT = 16
+_JOB_BUCKETS_AT = 36
+
+# Histogram upper bounds in seconds (Prometheus "le"), +Inf implied.
+CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+JOB_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+assert _CLAIM_BUCKETS_AT + len(CLAIM_BUCKETS) + 1 <= _JOB_BUCKETS_AT
+assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= HEADER_WORDS
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    thread: int
+    job_id: int
+    lease_id: int
+    kind_index: int
+    started: float  # monotonic
+    deadline: float | None  # monotonic
+    started_wall: float
+
+
+class Board:
+    def __init__(self, threads: int = 1) -> None:
+        self.threads = threads
+        self._map = mmap.mmap(-1, (HEADER_WORDS + THREAD_WORDS * threads) * WORD)
+        self._u = memoryview(self._map).cast("Q")
+        self._d = memoryview(self._map).cast("d")
+        self._d[_STATE_SINCE] = time.time()
+
+    # -- written by the child --------------------------------------------------------------
+
+    def set_state(self, state: State) -> None:
+        if self._u[_STATE] != state:
+            self._u[_STATE] = state
+            self._d[_STATE_SINCE] = time.time()
+
+    def set_ready(self) -> None:
+        self._u[_READY] = 1
+
+    def count(self, counter: Counter, n: int = 1) -> None:
+        self._u[counter] += n
+
+    def observe_claim(self, seconds: float) -> None:
+        self._d[_CLAIM_SECONDS] += seconds
+        self._u[_CLAIM_BUCKETS_AT + bisect_left(CLAIM_BUCKETS, seconds)] += 1
+
+    def observe_job(self, seconds: float) -> None:
+        self._d[_JOB_SECONDS] += seconds
+        self._u[_JOB_BUCKETS_AT + bisect_left(JOB_BUCKETS, seconds)] += 1
+
+    def set_memory(self, nbytes: int) -> None:
+        self._u[_MEMORY] = nbytes
+
+    def job_started(
+        self, thread: int, job_id: int, lease_id: int, kind_index: int, timeout: float | None
+    ) -> float:
+        base = HEADER_WORDS + thread * THREAD_WORDS
+        now = time.monotonic()
+        u, d = self._u, self._d
+        u[base] += 1  # odd: writing
+        u[base + 1] = job_id
+        u[base + 2] = lease_id
+        u[base + 3] = kind_index + 1
+        d[base + 4] = now
+        d[base + 5] = now + timeout if timeout else 0.0
+        d[base + 6] = time.time()
+        u[base] += 1  # even: consistent
+        return now
+
+    def job_finished(self, thread: int) -> None:
+        base = HEADER_WORDS + thread * THREAD_WORDS
+        self._u[base] += 1
+        self._u[base + 1] = 0
+        self._u[base] += 1
+
+    # -- read by the master ----------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return State(self._u[_STATE])
+
+    @property
+    def state_since(self) -> float:
+        return self._d[_STATE_SINCE]
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._u[_READY])
+
+    @property
+    def memory(self) -> int:
+        return int(self._u[_MEMORY])
+
+    def counter(self, counter: Counter) -> int:
+        return int(self._u[counter])
+
+    def counters(self) -> dict[Counter, int]:
+        return {c: int(self._u[c]) for c in Counter}
+
+    def claim_histogram(self) -> tuple[list[int], float]:
+        n = len(CLAIM_BUCKETS) + 1
+        return list(self._u[_CLAIM_BUCKETS_AT : _CLAIM_BUCKETS_AT + n]), self._d[_CLAIM_SECONDS]
+
+    def job_histogram(self) -> tuple[list[int], float]:
+        n = len(JOB_BUCKETS) + 1
+        return list(self._u[_JOB_BUCKETS_AT : _JOB_BUCKETS_AT + n]), self._d[_JOB_SECONDS]
+
+    def running_jobs(self) -> list[RunningJob]:
+        jobs = []
+        for thread in range(self.threads):
+            base = HEADER_WORDS + thread * THREAD_WORDS
+            for _ in range(100):
+                before = self._u[base]
+                if before % 2:
+                    continue
+                job_id, lease_id, kind = self._u[base + 1], self._u[base + 2], self._u[base + 3]
+                started, deadline, wall = self._d[base + 4], self._d[base + 5], self._d[base + 6]
+                if self._u[base] == before:
+                    break
+            else:
+                continue  # the child is writing this record right now; read it next tick
+            if job_id:
+                jobs.append(
+                    RunningJob(thread, job_id, lease_id, kind - 1, started,
+                               deadline or None, wall)
+                )
+        return jobs
+
+    def close(self) -> None:
+        self._u.release()
+        self._d.release()
+        self._map.close()

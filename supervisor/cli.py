@@ -1,0 +1,260 @@
+"""`pgq-supervisor -c FILE [verb]`: run the supervisor, or operate the queue it runs.
+
+Verbs share one config file. Exit codes (supervisor.exits.MasterExit): 0 clean stop, 1 anything
+else, 2 bad config or usage, 3 children could not boot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import proctitle
+from .dsn import DatabaseError, connect, describe
+from .exits import MasterExit
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .embedded import EmbeddedPostgres
+
+log = logging.getLogger("pgq.cli")
+
+
+class UsageError(Exception):
+    """Bad usage that argparse cannot see (exit code 2)."""
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    config: Config
+
+    def dsn(self) -> str:
+        """The database for verbs other than run: flag, environment, config, or a running
+        embedded server."""
+        dsn = explicit_dsn(self.args, self.config)
+        if dsn:
+            return dsn
+        from .embedded import EmbeddedPostgres
+
+        running = EmbeddedPostgres.find_running(self.config.database.embedded_dir)
+        if running is None:
+            raise UsageError(
+                "no database: set database.dsn in the config, PGQ_DSN or --dsn, or start "
+                f"`pgq-supervisor -c {self.config.path}` to run the embedded server "
+                f"(data in {self.config.database.embedded_dir})")
+        return running
+
+
+def explicit_dsn(args: argparse.Namespace, config: Config) -> str | None:
+    return args.dsn or os.environ.get("PGQ_DSN") or config.database.dsn or None
+
+
+Verb = Callable[[Context], int]
+VERBS: dict[str, tuple[Verb, Callable[[argparse.ArgumentParser], None], str]] = {}
+
+
+def verb(name: str, help_text: str, arguments: Callable[[argparse.ArgumentParser], None]
+         = lambda p: None) -> Callable[[Verb], Verb]:
+    def register(fn: Verb) -> Verb:
+        VERBS[name] = (fn, arguments, help_text)
+        return fn
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgq-supervisor",
+        description="A Postgres job queue run by a fork-per-worker supervisor.",
+    )
+    parser.add_argument("-c", "--config", required=True, metavar="FILE",
+                        help="the YAML configuration (pools, queues, handlers)")
+    parser.add_argument("--dsn", help="database to use instead of the config's "
+                        "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
+                        "until the process renames itself)")
+    parser.add_argument("--log-format", choices=("text", "json"), help="override log.format")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    _load_verbs()
+    for name, (_, arguments, help_text) in VERBS.items():
+        arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def _load_verbs() -> None:
+    # Verb modules register themselves with @verb when imported.
+    with contextlib.suppress(ImportError):
+        from . import operator_cli  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> int:
+    # First thing: replace the command line shown by `ps`, which may hold a --dsn password.
+    proctitle.set_title("starting")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    except OSError as exc:
+        print(f"pgq-supervisor: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+        return MasterExit.CONFIG
+    from .logs import setup_logging
+
+    setup_logging(args.log_format or config.log.format, args.log_level or config.log.level,
+                  dsn=explicit_dsn(args, config))
+    name = args.verb or "run"
+    fn = VERBS[name][0]
+    try:
+        return fn(Context(args, config))
+    except UsageError as exc:
+        print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    except DatabaseError as exc:
+        print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
+        return MasterExit.ERROR
+
+
+@verb("check", "validate the config and import every handler; exit 0 or 2")
+def check(ctx: Context) -> int:
+    from .config import ConfigError
+    from .handlers import load_handlers
+
+    try:
+        handlers = load_handlers(ctx.config)
+    except ConfigError as exc:
+        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    pools = ctx.config.pools
+    print(f"{ctx.config.path}: OK: {len(pools)} pools, "
+          f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers")
+    return MasterExit.OK
+
+
+@verb("migrate", "apply pending schema migrations (idempotent; safe from several hosts)")
+def migrate_verb(ctx: Context) -> int:
+    from .migrations import migrate
+
+    with database(ctx, start_embedded=True) as dsn:
+        applied = migrate(dsn)
+    if applied:
+        for m in applied:
+            print(f"applied {m.version:04d}_{m.name}")
+    else:
+        print("schema is up to date")
+    return MasterExit.OK
+
+
+@verb("run", "run the supervisor in the foreground (the default verb)")
+def run(ctx: Context) -> int:
+    from .config import ConfigError
+    from .handlers import load_handlers
+    from .master import Master
+    from .migrations import migrate
+
+    try:
+        handlers = load_handlers(ctx.config)
+    except ConfigError as exc:
+        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
+        wait_for_database(dsn, ctx.config.database.connect_timeout)
+        if ctx.config.database.auto_migrate:
+            for m in migrate(dsn):
+                log.info("applied migration %04d_%s", m.version, m.name)
+        metrics = None
+        if ctx.config.metrics.port is not None:
+            from .metrics import MetricsServer
+
+            metrics = MetricsServer(ctx.config.metrics)
+        return Master(ctx.config, handlers, dsn, metrics=metrics).run()
+
+
+class StartupInterrupted(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def stoppable_startup() -> Iterator[None]:
+    """Before the master's loop owns the signals, TERM/INT during start-up (waiting for the
+    database, say) stops cleanly, stopping an embedded server we started."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise StartupInterrupted(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except StartupInterrupted as exc:
+        log.info("%s during start-up: stopped", exc)
+    finally:
+        for s, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def database(ctx: Context, *, start_embedded: bool) -> Iterator[str]:
+    """The DSN to use; with none configured, an embedded server that lives as long as this."""
+    dsn = explicit_dsn(ctx.args, ctx.config)
+    if dsn:
+        yield dsn
+        return
+    server = _embedded(ctx.config)
+    running = server.find_running(ctx.config.database.embedded_dir)
+    if running is not None or not start_embedded:
+        if running is None:
+            raise UsageError("no database configured and no embedded server running")
+        yield running
+        return
+    log.info("no database configured: starting an embedded PostgreSQL in %s",
+             ctx.config.database.embedded_dir)
+    dsn = server.start()
+    try:
+        yield dsn
+    finally:
+        log.info("stopping the embedded PostgreSQL")
+        server.stop()
+
+
+def _embedded(config: Config) -> EmbeddedPostgres:
+    from .embedded import EmbeddedPostgres, EmbeddedUnavailable
+
+    try:
+        return EmbeddedPostgres(config.database.embedded_dir)
+    except EmbeddedUnavailable as exc:
+        raise UsageError(str(exc)) from None
+
+
+def wait_for_database(dsn: str, connect_timeout: float) -> None:
+    """Block until the database answers; a wrong password or database fails at once."""
+    delay, first = 0.5, True
+    while True:
+        try:
+            with connect(dsn, connect_timeout=connect_timeout) as conn:
+                conn.execute("SELECT 1")
+            if not first:
+                log.info("database %s is up", describe(dsn))
+            return
+        except DatabaseError as exc:
+            if exc.permanent:
+                raise
+            log.warning("%s; retrying in %.0fs", exc, delay)
+            first = False
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

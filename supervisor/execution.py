@@ -1,0 +1,205 @@
+"""Running one claimed job, and buffering its outcome until it is written.
+
+A handler that returns completed its job; whatever it raises is mapped to a settlement by
+supervisor.outcomes. Outcomes are written in batches (one DELETE for the completions, one UPDATE
+for everything else), each fenced, so a batch of fast jobs costs one round trip, while a slow
+job's outcome is written as soon as it finishes (see Results.due).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from . import jobs as jobs_api
+from . import outcomes
+from .board import Board, Counter
+from .context import JobContext
+from .jobs import Job
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .handlers import Handler
+
+log = logging.getLogger("pgq.worker")
+
+# Completions wait at most this long for company before being written.
+FLUSH_AFTER = 0.02
+
+
+class JobTimeout(BaseException):  # noqa: N818 - raised into a handler, like KeyboardInterrupt
+    """Raised inside a handler that ran past its kind's timeout. A BaseException, so a
+    handler's `except Exception` cannot swallow it."""
+
+
+class Orphaned(BaseException):  # noqa: N818
+    """Raised inside a handler when the master died: the child gives back its work and exits."""
+
+
+def job_fields(job: Job, pool: str) -> dict[str, Any]:
+    """The fields every log line about a job carries."""
+    return {"job_id": job.id, "kind": job.kind, "queue": job.queue,
+            "attempt": job.attempts, "pool": pool}
+
+
+@dataclass
+class Results:
+    """Outcomes waiting to be written."""
+
+    done: list[Job] = field(default_factory=list)
+    settled: list[outcomes.Settlement] = field(default_factory=list)
+    oldest: float | None = None
+
+    def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
+        if settlement is None:
+            self.done.append(job)
+        else:
+            self.settled.append(settlement)
+        if self.oldest is None:
+            self.oldest = time.monotonic()
+
+    def __bool__(self) -> bool:
+        return bool(self.done or self.settled)
+
+    def due(self) -> bool:
+        return self.oldest is not None and time.monotonic() - self.oldest >= FLUSH_AFTER
+
+    def write(self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool) -> None:
+        """Write every outcome, fenced; raises on database errors with nothing cleared, so
+        the caller can reconnect and write them again."""
+        lost: list[Job] = []
+        with conn.pipeline():
+            if self.done:
+                finished = jobs_api.complete(conn, self.done, history=history)
+                board.count(Counter.COMPLETED, len(finished.kept))
+                lost.extend(finished.lost)
+            if self.settled:
+                result = jobs_api.settle(conn, self.settled, history=history)
+                kept = {j.id for j in result.kept}
+                for s in self.settled:
+                    if s.job.id in kept:
+                        _count_settlement(board, s)
+                        _log_settlement(s, pool)
+                lost.extend(result.lost)
+        for job in lost:
+            board.count(Counter.LOST)
+            log.warning(
+                "lease lost, result dropped: job %s (%s) on queue %s was given to another "
+                "worker while attempt %s ran here", job.id, job.kind, job.queue, job.attempts,
+                extra=job_fields(job, pool),
+            )
+        self.done, self.settled, self.oldest = [], [], None
+
+
+def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
+    counter = {
+        "discarded": Counter.DISCARDED,
+        "retried": Counter.RETRIED,
+        "snoozed": Counter.SNOOZED,
+        "released": Counter.RELEASED,
+    }[s.label]
+    board.count(counter)
+
+
+def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
+    job = s.job
+    first_line = (s.error or "").strip().splitlines()[-1:] or [""]
+    if s.label == "discarded":
+        log.error("job %s (%s) on queue %s discarded after attempt %s: %s", job.id, job.kind,
+                  job.queue, job.attempts, first_line[0], extra=job_fields(job, pool))
+    elif s.label == "retried":
+        log.warning("job %s (%s) on queue %s failed attempt %s, retrying in %.1fs: %s", job.id,
+                    job.kind, job.queue, job.attempts, s.delay or 0.0, first_line[0],
+                    extra=job_fields(job, pool))
+
+
+class Executor:
+    """Runs jobs for one child: looks up the handler, builds its context, times it, maps the
+    outcome. One instance per child; ``run`` may be called from several handler threads."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        pool: str,
+        worker_id: str,
+        handlers: Mapping[str, Handler],
+        kinds: list[str],
+        board: Board,
+        lease_check: Callable[[Job], bool],
+        interruptible_thread: int | None,
+    ) -> None:
+        self.config = config
+        self.pool = pool
+        self.worker_id = worker_id
+        self.handlers = handlers
+        self.kind_index = {kind: i for i, kind in enumerate(kinds)}
+        self.board = board
+        self.lease_check = lease_check
+        # Handlers on this thread run on the process's main thread, where a signal handler can
+        # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
+        self.interruptible_thread = interruptible_thread
+        # True only while such a handler runs: a signal raises into the handler, never into our
+        # own bookkeeping around it.
+        self.interruptible = False
+        self.deadline: float | None = None
+
+    def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
+        """Run one job; returns its settlement, or None when it completed."""
+        policy = self.config.policy(job.kind)
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            self.board.count(Counter.UNKNOWN_KIND)
+            known = ", ".join(sorted(self.handlers)) or "none"
+            return outcomes.failure(
+                job,
+                f"no handler for kind {job.kind!r} in pool {self.pool} (handlers here: {known}); "
+                "retrying, since a worker from a newer deploy may know it",
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
+        started = self.board.job_started(
+            thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
+        )
+        context = None
+        if handler.wants_context:
+            context = JobContext(
+                id=job.id, kind=job.kind, queue=job.queue, attempt=job.attempts,
+                max_attempts=policy.max_attempts or job.max_attempts, lease_id=job.lease_id,
+                worker=self.worker_id, created_at=job.created_at,
+                deadline=started + policy.timeout if policy.timeout else None,
+                _check_lease=lambda: self.lease_check(job),
+            )
+        settlement: outcomes.Settlement | None = None
+        self.deadline = started + policy.timeout if policy.timeout else None
+        try:
+            self.interruptible = thread == self.interruptible_thread
+            handler(job.args, context)
+            self.interruptible = False
+        except JobTimeout:
+            self.interruptible = False
+            settlement = outcomes.failure(
+                job, f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was "
+                "stopped", max_attempts=policy.max_attempts, backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap)
+        except Orphaned:
+            self.interruptible = False
+            raise
+        except BaseException as exc:  # a handler's SystemExit is its failure, not ours
+            self.interruptible = False
+            settlement = outcomes.settlement_for(
+                job, exc, max_attempts=policy.max_attempts, backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap)
+        finally:
+            self.interruptible = False
+            self.deadline = None
+            self.board.job_finished(thread)
+            self.board.observe_job(time.monotonic() - started)
+            self.board.count(Counter.JOBS_RUN)
+        return settlement

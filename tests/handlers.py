@@ -1,0 +1,103 @@
+"""Handlers for lifecycle tests. They run in real forked children.
+
+Every execution that matters is recorded in a ledger table (job id, attempt, pid) on the
+child's own connection, opened lazily after the fork, so tests can count exactly how many times
+each job ran and where.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any
+
+import psycopg
+
+from supervisor import JobContext, Retry
+
+_conn: dict[int, psycopg.Connection[Any]] = {}
+
+LEDGER = """
+CREATE TABLE IF NOT EXISTS test_ledger (
+    job_id   bigint      NOT NULL,
+    attempt  integer     NOT NULL,
+    pid      integer     NOT NULL,
+    event    text        NOT NULL DEFAULT 'ran',
+    at       timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def _db() -> psycopg.Connection[Any]:
+    pid = os.getpid()
+    if pid not in _conn:
+        _conn[pid] = psycopg.connect(os.environ["PGQ_DSN"], autocommit=True)
+    return _conn[pid]
+
+
+def _record(job: JobContext, event: str = "ran") -> None:
+    _db().execute("INSERT INTO test_ledger (job_id, attempt, pid, event) VALUES (%s, %s, %s, %s)",
+                  (job.id, job.attempt, os.getpid(), event))
+
+
+def noop(**_: Any) -> None:
+    pass
+
+
+def record(*, job: JobContext, **_: Any) -> None:
+    _record(job)
+
+
+def sleep(seconds: float = 0.0, *, job: JobContext, **_: Any) -> None:
+    _record(job, "started")
+    time.sleep(seconds)
+    _record(job, "finished")
+
+
+def busy(seconds: float, *, job: JobContext) -> None:
+    """A CPU-bound handler: no sleeping, no heartbeats."""
+    _record(job, "started")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+    _record(job, "finished")
+
+
+def hang_native(seconds: float, *, job: JobContext) -> None:
+    """Stuck in native code: no Python bytecode runs, so no signal handler can interrupt it."""
+    _record(job, "started")
+    libc = ctypes.CDLL(None)
+    libc.sleep(int(seconds))
+
+
+def leak(megabytes_per_job: int = 64, *, job: JobContext) -> None:
+    """Keeps what it allocates, like a handler with a growing cache."""
+    _record(job)
+    _leaked.append(bytearray(os.urandom(1024)) * (megabytes_per_job * 1024))
+
+
+_leaked: list[bytearray] = []
+
+
+def crash(how: str = "exit", *, job: JobContext) -> None:
+    _record(job)
+    if how == "exit":
+        os._exit(13)
+    if how == "segfault":
+        ctypes.string_at(0)
+    if how == "kill":
+        os.kill(os.getpid(), 9)
+
+
+def fail(times: int = 1, *, job: JobContext) -> None:
+    """Fails its first `times` attempts, then succeeds."""
+    _record(job)
+    if job.attempt <= times:
+        raise RuntimeError(f"planned failure {job.attempt} of {times}")
+
+
+def retry_soon(*, job: JobContext) -> None:
+    _record(job)
+    if job.attempt == 1:
+        raise Retry(0.1, "try again soon")

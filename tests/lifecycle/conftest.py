@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.handlers import LEDGER
+from tests.lifecycle.harness import Supervisor
+
+
+@pytest.fixture
+def ledger(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(LEDGER)
+    return dsn
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path, ledger: str) -> Iterator[Callable[..., Supervisor]]:
+    """Make supervisors on the test database; every one is stopped at teardown."""
+    made: list[Supervisor] = []
+
+    def make(yaml_text: str, **kwargs: Any) -> Supervisor:
+        sup = Supervisor(tmp_path, ledger, yaml_text, name=f"sup{len(made)}", **kwargs)
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        sup.kill_everything()
