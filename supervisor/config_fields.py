@@ -64,6 +64,9 @@ class Section:
         for key, (key_node, value_node) in self.entries.items():
             yield key, key_node, value_node
 
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
     def __contains__(self, key: str) -> bool:
         return key in self.entries
 
@@ -149,7 +152,7 @@ def boolean(reader: Reader, node: Node) -> bool:
 
 def text(*, max_chars: int = 1000) -> Callable[[Reader, Node], str]:
     def convert(reader: Reader, node: Node) -> str:
-        value = reader.scalar(node, "a string")
+        value = reader.text(node, "a string")
         if not isinstance(value, str):
             raise Bad("must be a string", value)
         if not value.strip():
@@ -165,7 +168,7 @@ def text(*, max_chars: int = 1000) -> Callable[[Reader, Node], str]:
 
 def choice(*options: str) -> Callable[[Reader, Node], str]:
     def convert(reader: Reader, node: Node) -> str:
-        value = reader.scalar(node, "one of " + ", ".join(options))
+        value = reader.text(node, "one of " + ", ".join(options))
         if isinstance(value, str) and value.lower() in options:
             return value.lower()
         raise Bad("must be one of " + ", ".join(options), value)
@@ -210,7 +213,7 @@ def size(low: int, high: int) -> Callable[[Reader, Node], int]:
 def clock(reader: Reader, node: Node) -> time:
     # An unquoted 03:00 is a base-60 integer (180) in YAML 1.1; read the text as written.
     raw = node.value if isinstance(node, ScalarNode) and node.tag == INT else None
-    value = raw if raw is not None else reader.scalar(node, 'a time like "03:00"')
+    value = raw if raw is not None else reader.text(node, 'a time like "03:00"')
     match = _CLOCK.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise Bad('must be a 24-hour time like "03:00" (HH:MM)', value)

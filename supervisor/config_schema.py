@@ -149,7 +149,7 @@ def _database(s: Section) -> DatabaseConfig:
 
 
 def _dsn(reader: Reader, node: Node) -> str:
-    value = reader.scalar(node, "a connection string")
+    value = reader.text(node, "a connection string")
     # An empty dsn (often an unset variable) must not quietly fall back to a throwaway
     # embedded database in production: only a missing key means "embedded".
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -169,7 +169,8 @@ def _pools(top: Section) -> dict[str, PoolConfig]:
                 path, "pool name must be 1-64 letters, digits, '_' or '-'", key_node
             )
         body = Section.of(section.reader, node, path, "with at least 'queues'", required=True)
-        pools[name] = _pool(name, body)
+        if body:  # an empty or misshapen pool has been reported already
+            pools[name] = _pool(name, body)
     return pools
 
 

@@ -37,7 +37,7 @@ class ConfigError(Exception):
 
     def __init__(self, issues: Iterable[ConfigIssue], source: str) -> None:
         # File order reads best; issues without a line (missing sections) come first.
-        self.issues = sorted(issues, key=lambda i: (i.line is not None, i.line or 0))
+        self.issues = sorted(issues, key=lambda i: (i.line is not None, i.line or 0, i.column or 0))
         self.source = source
         super().__init__("\n".join(issue.render(source) for issue in self.issues))
 

@@ -253,25 +253,32 @@ class Reader:
                 self.report(path, "'<<' merges only mappings (or a list of them)", source)
 
     def scalar(self, node: Node, expected: str) -> object:
-        """The Python value of a scalar node, after ${VAR} interpolation of text."""
+        """The Python value of a scalar node, after ${VAR} interpolation of text.
+
+        A scalar that is one whole ``${...}`` means what its substituted text would mean
+        written there, so ``processes: ${N:-2}`` (or ``"${N:-2}"``, as flow style needs) is the
+        int 2. Only the scalar's type is re-resolved, never its structure: "a: b" or "[1]"
+        from the environment stay text.
+        """
+        value = self.text(node, expected)
+        if isinstance(value, str) and node.tag == STR and _WHOLE_EXPRESSION.fullmatch(node.value):
+            tag = self.loader.resolve(ScalarNode, value, (True, False))
+            return self._construct(ScalarNode(tag, value))
+        return value
+
+    def text(self, node: Node, expected: str) -> object:
+        """Like ``scalar``, but interpolated text stays text (for settings that are strings)."""
         if self.forbidden(node):
             raise Bad(None)
         if not isinstance(node, ScalarNode):
             raise Bad(f"must be {expected}", node)
         if node.tag != STR:
             return self._construct(node)
-        text = node.value
-        if "$" not in text:
-            return text
-        result = interpolate(text, self.env)
+        if "$" not in node.value:
+            return node.value
+        result = interpolate(node.value, self.env)
         if result.from_env:
             self._secret_nodes[id(node)] = result.from_env
-        # An unquoted "${N:-2}" means what "2" would mean there: the int 2. Only the scalar's
-        # type is re-resolved, never its structure, so "a: b" or "[1]" from the environment
-        # stay text. A quoted one was asked to be text and stays text.
-        if node.style is None and _WHOLE_EXPRESSION.fullmatch(text):
-            tag = self.loader.resolve(ScalarNode, result.text, (True, False))
-            return self._construct(ScalarNode(tag, result.text))
         return result.text
 
     def _construct(self, node: ScalarNode) -> object:
