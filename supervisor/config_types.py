@@ -1,0 +1,146 @@
+"""The validated configuration: plain frozen dataclasses, and the error that lists every issue.
+
+Import these from ``supervisor.config``; they live apart only so the YAML reader and the schema
+can use them without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import time
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One thing wrong with the file; ``path`` is the dot-joined key path ("" for the file)."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def render(self, source: str) -> str:
+        if self.path:
+            line = f" (line {self.line})" if self.line is not None else ""
+            return f"{source}: {self.path}: {self.message}{line}"
+        if self.line is None:
+            return f"{source}: {self.message}"
+        column = f", column {self.column}" if self.column is not None else ""
+        return f"{source}: line {self.line}{column}: {self.message}"
+
+
+class ConfigError(Exception):
+    """Every issue found in one configuration file, one line each when printed."""
+
+    def __init__(self, issues: Iterable[ConfigIssue], source: str) -> None:
+        # File order reads best; issues without a line (missing sections) come first.
+        self.issues = sorted(issues, key=lambda i: (i.line is not None, i.line or 0, i.column or 0))
+        self.source = source
+        super().__init__("\n".join(issue.render(source) for issue in self.issues))
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    dsn: str | None = None  # None: run on the embedded Postgres server
+    embedded_dir: str = ".pgq"  # data folder of the embedded server, relative to the cwd
+    auto_migrate: bool = True
+    connect_timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    name: str
+    queues: dict[str, int]  # queue -> weight, in file order
+    processes: int = 1
+    threads: int = 1
+    batch: int = 1
+    memory_limit: int | None = None  # bytes; the child checks it between jobs
+    memory_hard_limit: int | None = None  # bytes; the master kills a child above it
+    max_jobs: int | None = None  # recycle a child after this many jobs
+    poll_interval: float = 1.0  # seconds between polls of an idle child
+
+    def __post_init__(self) -> None:
+        # A soft limit alone still gets a hard one, so a child stuck inside one job (where the
+        # soft check never runs) cannot grow without bound.
+        if self.memory_limit is not None and self.memory_hard_limit is None:
+            object.__setattr__(self, "memory_hard_limit", int(self.memory_limit * 1.5))
+
+
+@dataclass(frozen=True)
+class JobPolicy:
+    kind: str
+    timeout: float | None = None
+    max_attempts: int | None = None
+    backoff_base: float = 2.0
+    backoff_cap: float = 3600.0
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    duration: float = 60.0
+    renew_every: float = 10.0  # at most duration / 3, so two renewals can fail before expiry
+
+
+@dataclass(frozen=True)
+class RescueConfig:
+    interval: float = 60.0
+    batch: int = 1000
+
+
+@dataclass(frozen=True)
+class PurgeConfig:
+    at: time = time(3, 0)
+    discarded_after: float = 14 * DAY
+    batch: int = 5000
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    enabled: bool = False
+    keep: float = 7 * DAY
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int | None = None
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    format: str = "text"  # or "json"
+    level: str = "info"  # debug, info, warning, error
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    database: DatabaseConfig
+    handlers: dict[str, str]  # kind -> "module:function"
+    pools: dict[str, PoolConfig]
+    jobs: dict[str, JobPolicy]
+    shutdown_timeout: float = 30.0
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
+    rescue: RescueConfig = field(default_factory=RescueConfig)
+    purge: PurgeConfig = field(default_factory=PurgeConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    # Key path -> line in the file, so later checks (handler imports) can point at the line.
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def policy(self, kind: str) -> JobPolicy:
+        """The kind's configured policy, or the defaults."""
+        policy = self.jobs.get(kind)
+        return policy if policy is not None else JobPolicy(kind)
+
+    def max_attempts_overrides(self) -> dict[str, int]:
+        """Kinds whose policy sets max_attempts (the rescuer applies them to rescued jobs)."""
+        return {
+            kind: policy.max_attempts
+            for kind, policy in self.jobs.items()
+            if policy.max_attempts is not None
+        }
