@@ -95,23 +95,25 @@ class Master:
     def run(self) -> int:
         self.start()
         try:
-            while True:
-                self.handle_signals()
-                self.reap_children()
-                self.handle_notifications()
-                self.run_due_services()
-                self.escalate_kills()
-                if self.stopping:
-                    if not self.children:
-                        break
-                    self.enforce_stop_deadline()
-                else:
-                    self.refill_slots()
-                self.update_title()
-                self.sleep()
+            while not (self.stopping and not self.children):
+                self.turn()
         finally:
             self.finish()
         return self.exit_code
+
+    def turn(self) -> None:
+        """One turn of the loop. A bug in one step is logged and the loop goes on: the master
+        owns the children's liveness and must outlive its own mistakes."""
+        steps = [self.handle_signals, self.reap_children, self.handle_notifications,
+                 self.run_due_services, self.escalate_kills,
+                 self.enforce_stop_deadline if self.stopping else self.refill_slots,
+                 self.update_title, self.sleep]
+        for step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("master: %s failed; carrying on", step.__name__)
+                time.sleep(0.1)  # never spin on a step that keeps failing
 
     def start(self) -> None:
         self.update_title()
@@ -253,15 +255,15 @@ class Master:
         if self.metrics is not None:
             self.metrics.absorb(child)
         slot = self.slot_of(child)
+        if slot is not None and not self.stopping:
+            self.counters.restart(child.pool, reason.metric_label)
+            delay = slot.child_exited(child, reason)
+            if slot.failed_boots:
+                self.check_boot_loop(child.pool)
+            if delay > 0 and not self.stopping:
+                log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay,
+                            extra=extra)
         child.close()
-        if slot is None or self.stopping:
-            return
-        self.counters.restart(child.pool, reason.metric_label)
-        delay = slot.child_exited(child, reason)
-        if slot.failed_boots:
-            self.check_boot_loop(child.pool)
-        if delay > 0 and not self.stopping:
-            log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
 
     def check_boot_loop(self, pool: str) -> None:
         runtime = self.pools[pool]

@@ -25,6 +25,9 @@ CREATE INDEX job_history_finished ON pgq.job_history (finished_at);
 CREATE FUNCTION pgq.ensure_history_partitions(since timestamptz, days_ahead integer)
 RETURNS integer
 LANGUAGE plpgsql
+-- Runs with the owner's rights, so a least-privilege worker role can keep partitions coming.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     day      date;
@@ -63,6 +66,8 @@ $$;
 CREATE FUNCTION pgq.drop_history_partitions(older_than timestamptz)
 RETURNS integer
 LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     part     record;
