@@ -166,11 +166,12 @@ def interpolate(text: str, env: Mapping[str, str]) -> Interpolated:
 
     result = _INTERPOLATION.sub(substitute, text)
     if missing:
-        names = " and ".join(dict.fromkeys(missing))
-        plural = "s" if len(set(missing)) > 1 else ""
+        names = list(dict.fromkeys(missing))
+        subject = "environment variables" if len(names) > 1 else "environment variable"
+        them = "them" if len(names) > 1 else "it"
         raise Bad(
-            f"environment variable{plural} {names} not set; set it or give a default like "
-            f"${{{missing[0]}:-value}}"
+            f"{subject} {' and '.join(names)} not set; set {them} or give a default like "
+            f"${{{names[0]}:-value}}"
         )
     return Interpolated(result, from_env)
 

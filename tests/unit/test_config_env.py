@@ -44,7 +44,7 @@ def test_a_missing_variable_names_the_key_and_the_variable() -> None:
 
 def test_several_missing_variables_in_one_value() -> None:
     issue = only_issue("database:\n  dsn: postgresql://${U}@${H}/app\n", {})
-    assert issue.message.startswith("environment variables U and H not set")
+    assert issue.message.startswith("environment variables U and H not set; set them or")
 
 
 def test_defaults_apply_when_unset_or_empty() -> None:

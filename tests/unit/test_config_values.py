@@ -207,6 +207,13 @@ def test_an_empty_job_policy_means_the_defaults() -> None:
     assert (policy.timeout, policy.max_attempts, policy.backoff_cap) == (None, None, 3600.0)
 
 
+def test_a_job_policy_for_a_kind_whose_handler_is_wrong_is_not_reported_twice() -> None:
+    text = with_pool("jobs: {render_pdf: {timeout: 5s}}\n").replace(
+        "examples.pdf:render_invoice", "examples.pdf"
+    )
+    assert problem(text)[0] == "handlers.render_pdf"
+
+
 def test_jobs_for_a_kind_without_handler() -> None:
     assert problem(with_pool("jobs: {render_pfd: {timeout: 5s}}\n")) == (
         "jobs.render_pfd",
