@@ -104,8 +104,9 @@ class WebhookSink:
             )
 
     def start(self) -> WebhookSink:
+        # A short poll interval so that stop() (which waits for the next poll) is quick.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="webhook-sink", daemon=True
+            target=self._server.serve_forever, args=(0.05,), name="webhook-sink", daemon=True
         )
         self._thread.start()
         return self

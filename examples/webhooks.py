@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from email.message import Message
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 from supervisor.context import JobContext
@@ -53,7 +53,7 @@ class DeliveryFailed(Exception):
     """A delivery that may succeed later (server error, timeout, network): retried with backoff."""
 
 
-def deliver_webhook(url: str, event: str, payload: dict, *, job: JobContext) -> None:
+def deliver_webhook(url: str, event: str, payload: dict[str, Any], *, job: JobContext) -> None:
     """POST ``{"event": event, "payload": payload}`` as JSON to ``url``."""
     where = _validate(url, event, payload)
     body = json.dumps({"event": event, "payload": payload}, separators=(",", ":")).encode()
@@ -71,11 +71,15 @@ def deliver_webhook(url: str, event: str, payload: dict, *, job: JobContext) -> 
     # Built per call: an opener is cheap, and nothing shared outlives a fork or crosses threads.
     opener = urllib.request.build_opener(_NoRedirects)
     try:
-        with opener.open(request, timeout=_timeout(job)) as response:
-            response.read()
+        # A 2xx status is the whole answer; the body is not needed.
+        opener.open(request, timeout=_timeout(job)).close()
     except urllib.error.HTTPError as exc:
         with exc:
             raise _outcome_for(exc.code, exc.headers, _excerpt(exc), where) from None
+    except http.client.InvalidURL:
+        # Raised only once urllib builds the request line (spaces, control characters); its
+        # message would repeat the URL, query string and all.
+        raise Discard(f"url is malformed: {where}") from None
     except urllib.error.URLError as exc:
         raise DeliveryFailed(f"POST {where} failed: {exc.reason}") from exc
     except (OSError, http.client.HTTPException) as exc:
@@ -93,13 +97,15 @@ def _validate(url: object, event: object, payload: object) -> str:
         raise Discard(f"url is malformed: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Discard(f"url must be http:// or https:// with a host, got scheme {parts.scheme!r}")
+    if parts.username is not None or parts.password is not None:
+        # urllib would take "user:password@host" for the host name and fail on every attempt.
+        raise Discard("url must not carry credentials (user:password@host)")
     if not isinstance(event, str) or not event or len(event) > MAX_EVENT_CHARS:
         raise Discard(f"event must be a string of 1 to {MAX_EVENT_CHARS} characters")
     if not isinstance(payload, dict):
         raise Discard(f"payload must be a JSON object, got {type(payload).__name__}")
-    # Credentials in the userinfo and tokens in the query stay out of job errors and logs.
-    host = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{host}{parts.path or '/'}"
+    # Tokens in the query string stay out of job errors and logs.
+    return f"{parts.scheme}://{parts.netloc}{parts.path or '/'}"
 
 
 def _timeout(job: JobContext) -> float:
