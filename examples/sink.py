@@ -9,8 +9,8 @@ It runs in the caller's process on a background thread, never inside the supervi
 the root URL it answers ``POST /status/<code>`` with that status, so tests can ask for a 400 or
 a 302 on purpose.
 
-As a program: ``python -m examples.sink --port 8099 [--fail-rate 0.2]`` serves until Ctrl-C and
-logs every request.
+As a program: ``python -m examples.sink --port 8099 [--fail-rate 0.2]`` serves until Ctrl-C or
+SIGTERM and logs every request.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 import logging
 import random
 import re
+import signal
 import threading
 import time
 from http import HTTPStatus
@@ -250,6 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    # TERM (from a demo script or a container runtime) stops it like Ctrl-C, with the summary.
+    signal.signal(signal.SIGTERM, _interrupt)
     sink = WebhookSink(args.fail_rate, seed=args.seed, host=args.host, port=args.port)
     with sink:
         print(f"webhook sink listening on {sink.url} (fail rate {args.fail_rate}); Ctrl-C stops")
@@ -259,6 +262,10 @@ def main(argv: list[str] | None = None) -> None:
         except KeyboardInterrupt:
             pass
     print(f"{len(sink.deliveries)} deliveries, {len(sink.unique_deliveries())} unique")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
