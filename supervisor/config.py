@@ -33,7 +33,7 @@ from .config_types import (
     PurgeConfig,
     RescueConfig,
 )
-from .config_yaml import Reader, compose, describe
+from .config_yaml import Reader, SyntaxProblem, compose, describe
 
 __all__ = [
     "Config",
@@ -72,9 +72,10 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
 
 def parse_config(text: str, *, source: str, env: Mapping[str, str] | None = None) -> Config:
     """Validate YAML ``text``; ``source`` is the name shown in error messages."""
-    root, loader, syntax_issue = compose(text)
-    if syntax_issue is not None:
-        raise ConfigError([syntax_issue], source)
+    try:
+        root, loader = compose(text)
+    except SyntaxProblem as problem:
+        raise ConfigError([problem.issue], source) from None
     reader = Reader(loader, os.environ if env is None else env)
     if root is None:
         needed = "it needs at least 'handlers' and 'pools'"

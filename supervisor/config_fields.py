@@ -28,7 +28,6 @@ class Section:
 
     def __init__(self, reader: Reader, node: Node | None, path: str) -> None:
         self.reader = reader
-        self.node = node
         self.path = path
         self.entries: dict[str, tuple[Node, Node]] = (
             reader.pairs(node, path) if isinstance(node, MappingNode) else {}
@@ -47,9 +46,11 @@ class Section:
             if required:
                 reader.report(path, f"is required: {what}")
             return cls(reader, None, path)
-        if isinstance(node, MappingNode) or reader.forbidden(node):
+        if reader.forbidden(node):
+            return cls(reader, None, path)  # its tag has been reported; read nothing inside
+        if isinstance(node, MappingNode):
             section = cls(reader, node, path)
-            if required and not section.entries and not reader.forbidden(node):
+            if required and not section.entries:
                 reader.report(path, f"must not be empty: {what}", node)
             return section
         if isinstance(node, ScalarNode) and node.tag == NULL:

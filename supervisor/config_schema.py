@@ -79,13 +79,13 @@ _POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 def build_config(reader: Reader, top: Section, source: str) -> Config:
     top.only(*TOP_KEYS)
-    handlers = _handlers(top)
+    handlers, kinds = _handlers(top)
     return Config(
         path=source,
         database=_database(top.section("database", "dsn, embedded_dir, auto_migrate...")),
         handlers=handlers,
         pools=_pools(top),
-        jobs=_jobs(top, handlers),
+        jobs=_jobs(top, kinds),
         shutdown_timeout=top.get("shutdown_timeout", duration(MAX_TIMEOUT), 30.0),
         lease=_lease(top.section("lease", "duration, renew_every")),
         rescue=_rescue(top.section("rescue", "interval, batch")),
@@ -128,14 +128,15 @@ def _handler_target(reader: Reader, node: Node) -> str:
     return value
 
 
-def _handlers(top: Section) -> dict[str, str]:
+def _handlers(top: Section) -> tuple[dict[str, str], list[str]]:
+    """The valid handlers, and every kind named under handlers (valid or not)."""
     section = top.section("handlers", "map each job kind to 'module:function'", required=True)
     handlers = {}
     for kind, _, node in _named_entries(section, "job kind"):
         target = section.read(section.key_path(kind), node, _handler_target, None)
         if target is not None:
             handlers[kind] = target
-    return handlers
+    return handlers, [kind for kind, _, _ in section]
 
 
 def _database(s: Section) -> DatabaseConfig:
@@ -206,14 +207,14 @@ def _queues(s: Section) -> dict[str, int]:
     return queues
 
 
-def _jobs(top: Section, handlers: dict[str, str]) -> dict[str, JobPolicy]:
+def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
     section = top.section("jobs", "per-kind policy: {kind: {timeout, max_attempts, backoff}}")
     jobs = {}
     for kind, key_node, node in _named_entries(section, "job kind"):
         path = section.key_path(kind)
-        # With no valid handler at all, that is the issue to fix first; don't add noise.
-        if handlers and kind not in handlers:
-            close = difflib.get_close_matches(kind, list(handlers), n=1, cutoff=0.6)
+        # Without any handler, that is the issue to fix first; don't add noise.
+        if kinds and kind not in kinds:
+            close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             section.reader.report(
                 path, f"no handler for this kind; add it under handlers{hint}", key_node

@@ -41,6 +41,10 @@ class ConfigError(Exception):
         self.source = source
         super().__init__("\n".join(issue.render(source) for issue in self.issues))
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[list[ConfigIssue], str]]:
+        # Keeps the issues when the error crosses a process boundary (pickle).
+        return (ConfigError, (self.issues, self.source))
+
 
 @dataclass(frozen=True)
 class DatabaseConfig:

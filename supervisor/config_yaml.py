@@ -83,15 +83,32 @@ def describe(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def compose(text: str) -> tuple[Node | None, SafeComposer, ConfigIssue | None]:
-    """The document's root node (None for an empty file), or the syntax problem."""
-    loader = SafeComposer(text)
+class SyntaxProblem(Exception):
+    """The text is not YAML at all; ``issue`` says where."""
+
+    def __init__(self, issue: ConfigIssue) -> None:
+        super().__init__(issue.message)
+        self.issue = issue
+
+
+def compose(text: str) -> tuple[Node | None, SafeComposer]:
+    """The document's root node (None for an empty file) and the loader that resolves scalars."""
     try:
-        return loader.get_single_node(), loader, None
+        loader = SafeComposer(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}"
+        raise SyntaxProblem(ConfigIssue("", problem, line, column)) from None
+    try:
+        return loader.get_single_node(), loader
     except yaml.MarkedYAMLError as exc:
-        return None, loader, _syntax_issue(exc)
+        raise SyntaxProblem(_syntax_issue(exc)) from None
     except yaml.YAMLError as exc:
-        return None, loader, ConfigIssue("", f"not valid YAML: {exc}")
+        raise SyntaxProblem(ConfigIssue("", f"not valid YAML: {exc}")) from None
+    except RecursionError:
+        # The composer recurses once per nesting level; no real configuration comes close.
+        raise SyntaxProblem(ConfigIssue("", "the YAML is nested too deeply")) from None
     finally:
         loader.dispose()
 
@@ -99,10 +116,13 @@ def compose(text: str) -> tuple[Node | None, SafeComposer, ConfigIssue | None]:
 def _syntax_issue(exc: yaml.MarkedYAMLError) -> ConfigIssue:
     mark = exc.problem_mark or exc.context_mark
     problem = exc.problem or exc.context or "not valid YAML"
-    if exc.context and exc.problem and exc.context_mark and exc.context_mark is not mark:
-        problem += f" ({exc.context} on line {exc.context_mark.line + 1})"
+    if exc.context and problem.startswith("but "):
+        # "expected a single document in the stream" + "but found another document"
+        problem = f"{exc.context}, {problem}"
     elif exc.context and exc.problem:
-        problem += f" ({exc.context})"
+        context_mark = exc.context_mark
+        where = f" on line {context_mark.line + 1}" if context_mark is not None else ""
+        problem += f" ({exc.context}{where})"
     if mark is None:
         return ConfigIssue("", problem)
     return ConfigIssue("", problem, line=mark.line + 1, column=mark.column + 1)
@@ -146,11 +166,12 @@ def interpolate(text: str, env: Mapping[str, str]) -> Interpolated:
 
     result = _INTERPOLATION.sub(substitute, text)
     if missing:
-        names = " and ".join(dict.fromkeys(missing))
-        plural = "s" if len(set(missing)) > 1 else ""
+        names = list(dict.fromkeys(missing))
+        subject = "environment variables" if len(names) > 1 else "environment variable"
+        them = "them" if len(names) > 1 else "it"
         raise Bad(
-            f"environment variable{plural} {names} not set; set it or give a default like "
-            f"${{{missing[0]}:-value}}"
+            f"{subject} {' and '.join(names)} not set; set {them} or give a default like "
+            f"${{{names[0]}:-value}}"
         )
     return Interpolated(result, from_env)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 import textwrap
 from datetime import time
@@ -340,6 +341,39 @@ def test_unclosed_flow_mapping_reports_where_it_started() -> None:
     issue = only_issue("handlers: {a: m:f\npools: x\n")
     assert issue.line == 2
     assert "while parsing a flow mapping on line 1" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("text", "issue"),
+    [
+        (
+            MINIMAL + "---\nmore: 1\n",
+            ConfigIssue(
+                "", "expected a single document in the stream, but found another document", 6, 1
+            ),
+        ),
+        (
+            MINIMAL + "log: {level: \x07}\n",
+            ConfigIssue(
+                "", "unacceptable character #x0007: special characters are not allowed", 6, 14
+            ),
+        ),
+        ("[" * 100_000, ConfigIssue("", "the YAML is nested too deeply")),
+    ],
+)
+def test_other_unreadable_yaml(text: str, issue: ConfigIssue) -> None:
+    assert only_issue(text) == issue
+
+
+def test_config_error_survives_pickling() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(with_minimal("lease: {duraton: 30s}\nlog: {level: loud}\n"))
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert (copy.issues, copy.source, str(copy)) == (
+        caught.value.issues,
+        caught.value.source,
+        str(caught.value),
+    )
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# nothing yet\n"])
