@@ -176,8 +176,7 @@ class Board:
                 continue  # the child is writing this record right now; read it next tick
             if job_id:
                 jobs.append(
-                    RunningJob(thread, job_id, lease_id, kind - 1, started,
-                               deadline or None, wall)
+                    RunningJob(thread, job_id, lease_id, kind - 1, started, deadline or None, wall)
                 )
         return jobs
 

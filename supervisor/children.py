@@ -149,13 +149,23 @@ def spawn(
         if pid == 0:  # the child; never returns
             os.close(wake_w)
             os.close(report_r)
-            child_main(ChildSpec(
-                config=config, pool=pool, slot=slot,
-                worker_id=worker_identity(os.getpid(), token), dsn=dsn, handlers=handlers,
-                kinds=kinds, board=board, wake_fd=wake_r, report_fd=report_w,
-                master_pid=master_pid, max_jobs=jittered_max_jobs(pool.max_jobs),
-                inherited_fds=inherited_fds(),
-            ))
+            child_main(
+                ChildSpec(
+                    config=config,
+                    pool=pool,
+                    slot=slot,
+                    worker_id=worker_identity(os.getpid(), token),
+                    dsn=dsn,
+                    handlers=handlers,
+                    kinds=kinds,
+                    board=board,
+                    wake_fd=wake_r,
+                    report_fd=report_w,
+                    master_pid=master_pid,
+                    max_jobs=jittered_max_jobs(pool.max_jobs),
+                    inherited_fds=inherited_fds(),
+                )
+            )
     finally:
         if os.getpid() == master_pid:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -163,6 +173,13 @@ def spawn(
     os.close(report_w)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also done by the child; whichever runs first wins the race
-    return Child(pid=pid, pool=pool.name, slot=slot, generation=generation,
-                 worker_id=worker_identity(pid, token), board=board, wake_fd=wake_w,
-                 report_fd=report_r)
+    return Child(
+        pid=pid,
+        pool=pool.name,
+        slot=slot,
+        generation=generation,
+        worker_id=worker_identity(pid, token),
+        board=board,
+        wake_fd=wake_w,
+        report_fd=report_r,
+    )

@@ -50,7 +50,8 @@ class Context:
             raise UsageError(
                 "no database: set database.dsn in the config, PGQ_DSN or --dsn, or start "
                 f"`pgq-supervisor -c {self.config.path}` to run the embedded server "
-                f"(data in {self.config.database.embedded_dir})")
+                f"(data in {self.config.database.embedded_dir})"
+            )
         return running
 
 
@@ -62,11 +63,13 @@ Verb = Callable[[Context], int]
 VERBS: dict[str, tuple[Verb, Callable[[argparse.ArgumentParser], None], str]] = {}
 
 
-def verb(name: str, help_text: str, arguments: Callable[[argparse.ArgumentParser], None]
-         = lambda p: None) -> Callable[[Verb], Verb]:
+def verb(
+    name: str, help_text: str, arguments: Callable[[argparse.ArgumentParser], None] = lambda p: None
+) -> Callable[[Verb], Verb]:
     def register(fn: Verb) -> Verb:
         VERBS[name] = (fn, arguments, help_text)
         return fn
+
     return register
 
 
@@ -75,11 +78,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pgq-supervisor",
         description="A Postgres job queue run by a fork-per-worker supervisor.",
     )
-    parser.add_argument("-c", "--config", required=True, metavar="FILE",
-                        help="the YAML configuration (pools, queues, handlers)")
-    parser.add_argument("--dsn", help="database to use instead of the config's "
-                        "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
-                        "until the process renames itself)")
+    parser.add_argument(
+        "-c",
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="the YAML configuration (pools, queues, handlers)",
+    )
+    parser.add_argument(
+        "--dsn",
+        help="database to use instead of the config's "
+        "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
+        "until the process renames itself)",
+    )
     parser.add_argument("--log-format", choices=("text", "json"), help="override log.format")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -112,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         return MasterExit.CONFIG
     from .logs import setup_logging
 
-    setup_logging(args.log_format or config.log.format, args.log_level or config.log.level,
-                  dsn=explicit_dsn(args, config))
+    setup_logging(
+        args.log_format or config.log.format,
+        args.log_level or config.log.level,
+        dsn=explicit_dsn(args, config),
+    )
     name = args.verb or "run"
     fn = VERBS[name][0]
     try:
@@ -137,8 +151,10 @@ def check(ctx: Context) -> int:
         print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
         return MasterExit.CONFIG
     pools = ctx.config.pools
-    print(f"{ctx.config.path}: OK: {len(pools)} pools, "
-          f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers")
+    print(
+        f"{ctx.config.path}: OK: {len(pools)} pools, "
+        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers"
+    )
     return MasterExit.OK
 
 
@@ -218,8 +234,10 @@ def database(ctx: Context, *, start_embedded: bool) -> Iterator[str]:
             raise UsageError("no database configured and no embedded server running")
         yield running
         return
-    log.info("no database configured: starting an embedded PostgreSQL in %s",
-             ctx.config.database.embedded_dir)
+    log.info(
+        "no database configured: starting an embedded PostgreSQL in %s",
+        ctx.config.database.embedded_dir,
+    )
     dsn = server.start()
     try:
         yield dsn

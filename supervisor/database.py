@@ -53,8 +53,11 @@ class MasterDatabase:
         if time.monotonic() < self.next_attempt:
             return None
         try:
-            self.conn = connect(self.dsn, application_name=f"pgq-supervisor {self.name}",
-                                connect_timeout=self.connect_timeout)
+            self.conn = connect(
+                self.dsn,
+                application_name=f"pgq-supervisor {self.name}",
+                connect_timeout=self.connect_timeout,
+            )
             if self.on_connect is not None:
                 self.on_connect(self.conn)
         except (DatabaseError, psycopg.Error) as exc:
@@ -62,8 +65,11 @@ class MasterDatabase:
             self._down(str(exc))
             return None
         if self.down_since is not None:
-            log.info("database %s reachable again after %.0fs", describe(self.dsn),
-                     time.monotonic() - self.down_since)
+            log.info(
+                "database %s reachable again after %.0fs",
+                describe(self.dsn),
+                time.monotonic() - self.down_since,
+            )
         self.down_since = None
         self.delay = RETRY_FIRST
         self.reachable = True
@@ -72,8 +78,7 @@ class MasterDatabase:
     def _down(self, why: str) -> None:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            log.warning("database unreachable (%s): %s; retrying in the background",
-                        self.name, why)
+            log.warning("database unreachable (%s): %s; retrying in the background", self.name, why)
         self.reachable = False
         self.next_attempt = time.monotonic() + self.delay
         self.delay = min(self.delay * 2, RETRY_CAP)

@@ -32,19 +32,24 @@ log = logging.getLogger("pgq.worker")
 FLUSH_AFTER = 0.02
 
 
-class JobTimeout(BaseException):  # noqa: N818 - raised into a handler, like KeyboardInterrupt
+class JobTimeout(BaseException):
     """Raised inside a handler that ran past its kind's timeout. A BaseException, so a
     handler's `except Exception` cannot swallow it."""
 
 
-class Orphaned(BaseException):  # noqa: N818
+class Orphaned(BaseException):
     """Raised inside a handler when the master died: the child gives back its work and exits."""
 
 
 def job_fields(job: Job, pool: str) -> dict[str, Any]:
     """The fields every log line about a job carries."""
-    return {"job_id": job.id, "kind": job.kind, "queue": job.queue,
-            "attempt": job.attempts, "pool": pool}
+    return {
+        "job_id": job.id,
+        "kind": job.kind,
+        "queue": job.queue,
+        "attempt": job.attempts,
+        "pool": pool,
+    }
 
 
 @dataclass
@@ -90,7 +95,11 @@ class Results:
             board.count(Counter.LOST)
             log.warning(
                 "lease lost, result dropped: job %s (%s) on queue %s was given to another "
-                "worker while attempt %s ran here", job.id, job.kind, job.queue, job.attempts,
+                "worker while attempt %s ran here",
+                job.id,
+                job.kind,
+                job.queue,
+                job.attempts,
                 extra=job_fields(job, pool),
             )
         self.done, self.settled, self.oldest = [], [], None
@@ -110,12 +119,26 @@ def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
     job = s.job
     first_line = (s.error or "").strip().splitlines()[-1:] or [""]
     if s.label == "discarded":
-        log.error("job %s (%s) on queue %s discarded after attempt %s: %s", job.id, job.kind,
-                  job.queue, job.attempts, first_line[0], extra=job_fields(job, pool))
+        log.error(
+            "job %s (%s) on queue %s discarded after attempt %s: %s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            first_line[0],
+            extra=job_fields(job, pool),
+        )
     elif s.label == "retried":
-        log.warning("job %s (%s) on queue %s failed attempt %s, retrying in %.1fs: %s", job.id,
-                    job.kind, job.queue, job.attempts, s.delay or 0.0, first_line[0],
-                    extra=job_fields(job, pool))
+        log.warning(
+            "job %s (%s) on queue %s failed attempt %s, retrying in %.1fs: %s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            s.delay or 0.0,
+            first_line[0],
+            extra=job_fields(job, pool),
+        )
 
 
 class Executor:
@@ -170,9 +193,14 @@ class Executor:
         context = None
         if handler.wants_context:
             context = JobContext(
-                id=job.id, kind=job.kind, queue=job.queue, attempt=job.attempts,
-                max_attempts=policy.max_attempts or job.max_attempts, lease_id=job.lease_id,
-                worker=self.worker_id, created_at=job.created_at,
+                id=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempts,
+                max_attempts=policy.max_attempts or job.max_attempts,
+                lease_id=job.lease_id,
+                worker=self.worker_id,
+                created_at=job.created_at,
                 deadline=started + policy.timeout if policy.timeout else None,
                 _check_lease=lambda: self.lease_check(job),
             )
@@ -185,17 +213,24 @@ class Executor:
         except JobTimeout:
             self.interruptible = False
             settlement = outcomes.failure(
-                job, f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was "
-                "stopped", max_attempts=policy.max_attempts, backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap)
+                job,
+                f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
         except Orphaned:
             self.interruptible = False
             raise
         except BaseException as exc:  # a handler's SystemExit is its failure, not ours
             self.interruptible = False
             settlement = outcomes.settlement_for(
-                job, exc, max_attempts=policy.max_attempts, backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap)
+                job,
+                exc,
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
         finally:
             self.interruptible = False
             self.deadline = None

@@ -17,8 +17,12 @@ from typing import Any, TextIO
 from .dsn import scrub
 
 JOB_FIELDS = ("job_id", "kind", "queue", "attempt", "pool")
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-          "error": logging.ERROR}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 class ScrubSecrets(logging.Filter):
@@ -41,10 +45,15 @@ class ScrubSecrets(logging.Filter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
-        line = (f"{stamp}.{int(record.msecs):03d} {record.levelname:<7} "
-                f"{record.name}[{record.process}]: {record.getMessage()}")
-        fields = [f"{name}={getattr(record, name)}" for name in JOB_FIELDS
-                  if getattr(record, name, None) is not None]
+        line = (
+            f"{stamp}.{int(record.msecs):03d} {record.levelname:<7} "
+            f"{record.name}[{record.process}]: {record.getMessage()}"
+        )
+        fields = [
+            f"{name}={getattr(record, name)}"
+            for name in JOB_FIELDS
+            if getattr(record, name, None) is not None
+        ]
         if fields:
             line += "  " + " ".join(fields)
         if record.exc_text or record.exc_info:
@@ -71,8 +80,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def setup_logging(fmt: str = "text", level: str = "info", *, dsn: str | None = None,
-                  stream: TextIO | None = None) -> None:
+def setup_logging(
+    fmt: str = "text", level: str = "info", *, dsn: str | None = None, stream: TextIO | None = None
+) -> None:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(ScrubSecrets(dsn or os.environ.get("PGQ_DSN")))

@@ -72,11 +72,15 @@ class Master:
         self.kinds = sorted(handlers)
         self.dsn = dsn
         self.supervisor_id = f"{HOSTNAME}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.db = MasterDatabase(dsn, name="master",
-                                 connect_timeout=config.database.connect_timeout)
+        self.db = MasterDatabase(
+            dsn, name="master", connect_timeout=config.database.connect_timeout
+        )
         self.listener = MasterDatabase(
-            dsn, name="listener", connect_timeout=config.database.connect_timeout,
-            on_connect=lambda conn: conn.execute(f"LISTEN {NOTIFY_CHANNEL}"))
+            dsn,
+            name="listener",
+            connect_timeout=config.database.connect_timeout,
+            on_connect=lambda conn: conn.execute(f"LISTEN {NOTIFY_CHANNEL}"),
+        )
         self.listener_fd: int | None = None
         self.metrics = metrics
         self.counters = MasterCounters()
@@ -104,10 +108,16 @@ class Master:
     def turn(self) -> None:
         """One turn of the loop. A bug in one step is logged and the loop goes on: the master
         owns the children's liveness and must outlive its own mistakes."""
-        steps = [self.handle_signals, self.reap_children, self.handle_notifications,
-                 self.run_due_services, self.escalate_kills,
-                 self.enforce_stop_deadline if self.stopping else self.refill_slots,
-                 self.update_title, self.sleep]
+        steps = [
+            self.handle_signals,
+            self.reap_children,
+            self.handle_notifications,
+            self.run_due_services,
+            self.escalate_kills,
+            self.enforce_stop_deadline if self.stopping else self.refill_slots,
+            self.update_title,
+            self.sleep,
+        ]
         for step in steps:
             try:
                 step()
@@ -121,8 +131,13 @@ class Master:
         for fd in (self._signal_r, self._signal_w):
             os.set_blocking(fd, False)
         signal.set_wakeup_fd(self._signal_w)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD,
-                       signal.SIGQUIT):
+        for signum in (
+            signal.SIGTERM,
+            signal.SIGINT,
+            signal.SIGHUP,
+            signal.SIGCHLD,
+            signal.SIGQUIT,
+        ):
             signal.signal(signum, _record_only)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signals")
         if self.metrics is not None:
@@ -130,9 +145,13 @@ class Master:
         self.build_services()
         for name, pool in self.config.pools.items():
             self.pools[name] = self.new_pool_runtime(pool)
-        log.info("supervisor %s started: %d pools, %d children, config %s", self.supervisor_id,
-                 len(self.pools), sum(p.processes for p in self.config.pools.values()),
-                 self.config.path)
+        log.info(
+            "supervisor %s started: %d pools, %d children, config %s",
+            self.supervisor_id,
+            len(self.pools),
+            sum(p.processes for p in self.config.pools.values()),
+            self.config.path,
+        )
 
     def build_services(self) -> None:
         config = self.config
@@ -154,8 +173,9 @@ class Master:
 
     def new_pool_runtime(self, pool: PoolConfig) -> PoolRuntime:
         self.generation += 1
-        return PoolRuntime(pool, self.generation,
-                           [Slot(pool.name, i + 1) for i in range(pool.processes)])
+        return PoolRuntime(
+            pool, self.generation, [Slot(pool.name, i + 1) for i in range(pool.processes)]
+        )
 
     # -- signals -----------------------------------------------------------------------------
 
@@ -203,19 +223,28 @@ class Master:
 
     def spawn_into(self, runtime: PoolRuntime, slot: Slot) -> None:
         try:
-            child = spawn(config=self.config, pool=runtime.config, slot=slot.index,
-                          generation=runtime.generation, dsn=self.dsn, handlers=self.handlers,
-                          kinds=self.kinds, inherited_fds=self.inherited_fds)
+            child = spawn(
+                config=self.config,
+                pool=runtime.config,
+                slot=slot.index,
+                generation=runtime.generation,
+                dsn=self.dsn,
+                handlers=self.handlers,
+                kinds=self.kinds,
+                inherited_fds=self.inherited_fds,
+            )
         except OSError as exc:
-            log.error("cannot fork a child for %s#%s: %s; retrying in 1s", slot.pool,
-                      slot.index, exc)
+            log.error(
+                "cannot fork a child for %s#%s: %s; retrying in 1s", slot.pool, slot.index, exc
+            )
             slot.next_spawn = time.monotonic() + 1.0
             return
         slot.child = child
         self.children[child.pid] = child
         self.selector.register(child.report_fd, selectors.EVENT_READ, child)
-        log.info("spawned %s#%s (pid %s)", slot.pool, slot.index, child.pid,
-                 extra={"pool": slot.pool})
+        log.info(
+            "spawned %s#%s (pid %s)", slot.pool, slot.index, child.pid, extra={"pool": slot.pool}
+        )
 
     def slot_of(self, child: Child) -> Slot | None:
         runtime = self.pools.get(child.pool)
@@ -250,8 +279,7 @@ class Master:
                 self.counters.recycle(child.pool, reason.metric_label.split("_")[0])
         else:
             log.error("%s %s", label, what, extra=extra)
-            self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}",
-                                             child.pool))
+            self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool))
         if self.metrics is not None:
             self.metrics.absorb(child)
         slot = self.slot_of(child)
@@ -261,8 +289,7 @@ class Master:
             if slot.failed_boots:
                 self.check_boot_loop(child.pool)
             if delay > 0 and not self.stopping:
-                log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay,
-                            extra=extra)
+                log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
         child.close()
 
     def check_boot_loop(self, pool: str) -> None:
@@ -271,8 +298,14 @@ class Master:
             last = runtime.slots[-1].last_failure
             log.critical(
                 "pool %s cannot boot: every one of its %d children failed to start %d times "
-                "in a row (last: %s); stopping with exit code %d", pool, len(runtime.slots),
-                BOOT_FAILURE_LIMIT, last, MasterExit.BOOT_FAILED, extra={"pool": pool})
+                "in a row (last: %s); stopping with exit code %d",
+                pool,
+                len(runtime.slots),
+                BOOT_FAILURE_LIMIT,
+                last,
+                MasterExit.BOOT_FAILED,
+                extra={"pool": pool},
+            )
             self.exit_code = MasterExit.BOOT_FAILED
             self.begin_stop(f"pool {pool} crash loop")
 
@@ -290,17 +323,28 @@ class Master:
             return
         child.kill_reason = reason
         child.kill_at = time.monotonic() + KILL_GRACE
-        log.warning("stopping %s#%s (pid %s): %s", child.pool, child.slot, child.pid, reason,
-                    extra={"pool": child.pool})
+        log.warning(
+            "stopping %s#%s (pid %s): %s",
+            child.pool,
+            child.slot,
+            child.pid,
+            reason,
+            extra={"pool": child.pool},
+        )
         child.signal_group(signal.SIGTERM)
 
     def escalate_kills(self) -> None:
         now = time.monotonic()
         for child in self.children.values():
             if child.kill_at is not None and now >= child.kill_at:
-                log.error("%s#%s (pid %s) did not stop within %.0fs; killing its process group",
-                          child.pool, child.slot, child.pid, KILL_GRACE,
-                          extra={"pool": child.pool})
+                log.error(
+                    "%s#%s (pid %s) did not stop within %.0fs; killing its process group",
+                    child.pool,
+                    child.slot,
+                    child.pid,
+                    KILL_GRACE,
+                    extra={"pool": child.pool},
+                )
                 child.signal_group(signal.SIGKILL)
                 child.kill_at = None
 
@@ -318,8 +362,9 @@ class Master:
             self.listener_fd = fd
 
     def read_notifications(self) -> None:
-        payloads = self.listener.run("listen", lambda conn: [
-            n.payload for n in conn.notifies(timeout=0)])
+        payloads = self.listener.run(
+            "listen", lambda conn: [n.payload for n in conn.notifies(timeout=0)]
+        )
         for queue in dict.fromkeys(payloads or []):
             for runtime in self.pools.values():
                 if queue in runtime.config.queues:
@@ -365,7 +410,8 @@ class Master:
         shared_changed = (
             {k: h.target for k, h in handlers.items()}
             != {k: h.target for k, h in self.handlers.items()}
-            or new.jobs != self.config.jobs or new.lease != self.config.lease
+            or new.jobs != self.config.jobs
+            or new.lease != self.config.lease
             or new.history != self.config.history
         )
         old_pools = self.pools
@@ -395,8 +441,12 @@ class Master:
             return
         self.stopping = True
         self.stop_deadline = time.monotonic() + self.config.shutdown_timeout
-        log.info("%s: draining %d children (up to %.0fs)", why, len(self.children),
-                 self.config.shutdown_timeout)
+        log.info(
+            "%s: draining %d children (up to %.0fs)",
+            why,
+            len(self.children),
+            self.config.shutdown_timeout,
+        )
         for child in self.children.values():
             child.draining = True
             child.signal(signal.SIGTERM)
@@ -424,9 +474,11 @@ class Master:
             if self.requeuer.pending:
                 time.sleep(0.5)
         if self.requeuer.pending:
-            log.error("could not requeue the jobs of %d stopped workers (database unreachable); "
-                      "the rescuer will return them when their leases expire",
-                      len(self.requeuer.pending))
+            log.error(
+                "could not requeue the jobs of %d stopped workers (database unreachable); "
+                "the rescuer will return them when their leases expire",
+                len(self.requeuer.pending),
+            )
         from . import registry
 
         self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
@@ -446,8 +498,9 @@ class Master:
     def sleep(self) -> None:
         now = time.monotonic()
         wake_at = [s.next_due for s in self.services]
-        wake_at += [slot.next_spawn for rt in self.pools.values() for slot in rt.slots
-                    if slot.child is None]
+        wake_at += [
+            slot.next_spawn for rt in self.pools.values() for slot in rt.slots if slot.child is None
+        ]
         wake_at += [c.kill_at for c in self.children.values() if c.kill_at is not None]
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)

@@ -100,14 +100,20 @@ class LeaseRenewal(Service):
     def run_once(self) -> None:
         workers = [c.worker_id for c in self.host.live_children()]
         if workers:
-            self.host.db.run("lease renewal", lambda conn: jobs_api.renew_worker_leases(
-                conn, workers, lease_seconds=self.host.config.lease.duration))
+            self.host.db.run(
+                "lease renewal",
+                lambda conn: jobs_api.renew_worker_leases(
+                    conn, workers, lease_seconds=self.host.config.lease.duration
+                ),
+            )
 
 
-def _claim_singleton_run(conn: psycopg.Connection[Any], task: str, run_by: str,
-                         interval: float) -> bool:
-    row = conn.execute(query("claim_maintenance_run"),
-                       {"task": task, "run_by": run_by, "interval": interval * 0.9}).fetchone()
+def _claim_singleton_run(
+    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
+) -> bool:
+    row = conn.execute(
+        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
+    ).fetchone()
     return row is not None
 
 
@@ -126,10 +132,13 @@ class Rescuer(Service):
         discarded = [m for m in moved if m.state == "discarded"]
         host.counters.rescued += len(moved) - len(discarded)
         host.counters.rescued_discarded += len(discarded)
-        log.warning("rescuer: %d jobs with expired leases returned to their queues, %d "
-                    "discarded (no attempts left): %s", len(moved) - len(discarded),
-                    len(discarded), ", ".join(f"{m.kind} job {m.id} ({m.queue})"
-                                              for m in moved[:10]))
+        log.warning(
+            "rescuer: %d jobs with expired leases returned to their queues, %d "
+            "discarded (no attempts left): %s",
+            len(moved) - len(discarded),
+            len(discarded),
+            ", ".join(f"{m.kind} job {m.id} ({m.queue})" for m in moved[:10]),
+        )
 
     def _rescue(self, conn: psycopg.Connection[Any]) -> list[maintenance.Moved]:
         config = self.host.config
@@ -143,9 +152,11 @@ class Rescuer(Service):
             moved: list[maintenance.Moved] = []
             while True:
                 chunk = maintenance.rescue_batch(
-                    conn, limit=config.rescue.batch,
+                    conn,
+                    limit=config.rescue.batch,
                     max_attempts=config.max_attempts_overrides(),
-                    history=config.history.enabled)
+                    history=config.history.enabled,
+                )
                 moved.extend(chunk)
                 if len(chunk) < config.rescue.batch:
                     return moved
@@ -171,8 +182,11 @@ class Purger(Service):
         purged = self.host.db.run("purge", self._purge)
         if purged:
             self.host.counters.purged += purged
-            log.info("purge: deleted %d dead letters older than %s", purged,
-                     timedelta(seconds=self.host.config.purge.discarded_after))
+            log.info(
+                "purge: deleted %d dead letters older than %s",
+                purged,
+                timedelta(seconds=self.host.config.purge.discarded_after),
+            )
 
     def _purge(self, conn: psycopg.Connection[Any]) -> int:
         config = self.host.config
@@ -183,12 +197,15 @@ class Purger(Service):
                 return 0
             now = datetime.now(timezone.utc)
             purged = maintenance.purge_discarded(
-                conn, now - timedelta(seconds=config.purge.discarded_after),
-                batch=config.purge.batch)
+                conn,
+                now - timedelta(seconds=config.purge.discarded_after),
+                batch=config.purge.batch,
+            )
             if config.history.enabled:
                 maintenance.ensure_history_partitions(conn)
                 dropped = maintenance.purge_history(
-                    conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch)
+                    conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch
+                )
                 if dropped:
                     log.info("purge: dropped %d history partitions", dropped)
             return purged
@@ -214,8 +231,8 @@ class MemoryWatch(Service):
                 self.host.counters.hard_memory_kills += 1
                 self.host.counters.recycle(child.pool, "hard")
                 self.host.kill_child(
-                    child, f"memory {used >> 20} MiB is above the hard limit of "
-                    f"{limit >> 20} MiB")
+                    child, f"memory {used >> 20} MiB is above the hard limit of {limit >> 20} MiB"
+                )
 
 
 class TimeoutWatch(Service):
@@ -235,8 +252,10 @@ class TimeoutWatch(Service):
                     kind = kinds[job.kind_index] if 0 <= job.kind_index < len(kinds) else "?"
                     self.host.counters.timeouts += 1
                     self.host.kill_child(
-                        child, f"job {job.job_id} ({kind}) exceeded its timeout of "
-                        f"{job.deadline - job.started:g}s")
+                        child,
+                        f"job {job.job_id} ({kind}) exceeded its timeout of "
+                        f"{job.deadline - job.started:g}s",
+                    )
                     break
 
 
@@ -249,11 +268,16 @@ class Registry(Service):
     def run_once(self) -> None:
         host = self.host
         rows = [registry.worker_row(c, host.kinds) for c in host.live_children()]
-        pruned = host.db.run("registry heartbeat", lambda conn: registry.heartbeat(
-            conn, host.supervisor_id, HOSTNAME, host.config.path, rows))
+        pruned = host.db.run(
+            "registry heartbeat",
+            lambda conn: registry.heartbeat(
+                conn, host.supervisor_id, HOSTNAME, host.config.path, rows
+            ),
+        )
         for sid, other_host, pid in pruned or []:
-            log.info("registry: forgot supervisor %s (pid %s on %s): no heartbeat", sid, pid,
-                     other_host)
+            log.info(
+                "registry: forgot supervisor %s (pid %s on %s): no heartbeat", sid, pid, other_host
+            )
 
 
 @dataclass
@@ -287,26 +311,45 @@ class Requeuer(Service):
 
     def _requeue(self, item: PendingRequeue) -> bool:
         config = self.host.config
-        moved = self.host.db.run(f"requeue of {item.worker_id}'s jobs", lambda conn: (
-            maintenance.requeue_worker(conn, item.worker_id, item.reason,
-                                       max_attempts=config.max_attempts_overrides(),
-                                       history=config.history.enabled)))
+        moved = self.host.db.run(
+            f"requeue of {item.worker_id}'s jobs",
+            lambda conn: maintenance.requeue_worker(
+                conn,
+                item.worker_id,
+                item.reason,
+                max_attempts=config.max_attempts_overrides(),
+                history=config.history.enabled,
+            ),
+        )
         if moved is None:
             return False
         discarded = [m for m in moved if m.state == "discarded"]
         self.host.counters.requeued_after_crash += len(moved) - len(discarded)
         self.host.counters.discarded_after_crash += len(discarded)
         for m in moved:
-            log.warning("job %s (%s) on queue %s %s after attempt %s: %s", m.id, m.kind, m.queue,
-                        "discarded (no attempts left)" if m.state == "discarded"
-                        else "requeued", m.attempts, item.reason,
-                        extra={"job_id": m.id, "kind": m.kind, "queue": m.queue,
-                               "attempt": m.attempts, "pool": item.pool})
+            log.warning(
+                "job %s (%s) on queue %s %s after attempt %s: %s",
+                m.id,
+                m.kind,
+                m.queue,
+                "discarded (no attempts left)" if m.state == "discarded" else "requeued",
+                m.attempts,
+                item.reason,
+                extra={
+                    "job_id": m.id,
+                    "kind": m.kind,
+                    "queue": m.queue,
+                    "attempt": m.attempts,
+                    "pool": item.pool,
+                },
+            )
         return True
 
 
 def every(services: list[Service]) -> Callable[[float], float]:
     """Seconds until the next service is due (for the master's sleep)."""
+
     def until_next(now: float) -> float:
         return max(0.0, min((s.next_due for s in services), default=1.0) - now)
+
     return until_next

@@ -81,7 +81,7 @@ def child_main(spec: ChildSpec) -> NoReturn:
     try:
         code = Worker(spec).run()
     finally:
-        for stream in (logging.getLogger().handlers):
+        for stream in logging.getLogger().handlers:
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
@@ -126,14 +126,23 @@ class Worker:
                 return self._loop_inline()
             return self._loop_threaded()
         except BootFailure as exc:
-            log.error("%s#%s could not boot: %s", self.pool.name, self.spec.slot, exc,
-                      extra={"pool": self.pool.name})
+            log.error(
+                "%s#%s could not boot: %s",
+                self.pool.name,
+                self.spec.slot,
+                exc,
+                extra={"pool": self.pool.name},
+            )
             return ChildExit.BOOT_FAILED
         except Orphaned:
             return self._leave_orphaned()
         except Exception:
-            log.exception("%s#%s crashed in its worker loop", self.pool.name, self.spec.slot,
-                          extra={"pool": self.pool.name})
+            log.exception(
+                "%s#%s crashed in its worker loop",
+                self.pool.name,
+                self.spec.slot,
+                extra={"pool": self.pool.name},
+            )
             return ChildExit.CRASHED
 
     def _after_fork(self) -> None:
@@ -188,8 +197,14 @@ class Worker:
                 job = running[0]
                 kind = kinds[job.kind_index] if 0 <= job.kind_index < len(kinds) else None
                 more = f" +{len(running) - 1}" if len(running) > 1 else ""
-                title = child_title(self.pool.name, self.spec.slot, state + more, kind=kind,
-                                    job_id=job.job_id, started=job.started)
+                title = child_title(
+                    self.pool.name,
+                    self.spec.slot,
+                    state + more,
+                    kind=kind,
+                    job_id=job.job_id,
+                    started=job.started,
+                )
             else:
                 title = child_title(self.pool.name, self.spec.slot, state)
             set_title(title)
@@ -223,8 +238,13 @@ class Worker:
                 if exc.permanent:
                     raise BootFailure(str(exc)) from None
                 if time.monotonic() - warned > 30:
-                    log.warning("%s#%s: %s; retrying", self.pool.name, self.spec.slot, exc,
-                                extra={"pool": self.pool.name})
+                    log.warning(
+                        "%s#%s: %s; retrying",
+                        self.pool.name,
+                        self.spec.slot,
+                        exc,
+                        extra={"pool": self.pool.name},
+                    )
                     warned = time.monotonic()
             self._sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, RECONNECT_MAX_DELAY)
@@ -252,16 +272,33 @@ class Worker:
         for queue in self.queues.order():
             started = time.perf_counter()
             try:
-                jobs = jobs_api.claim(self.conn, queue, worker=self.spec.worker_id, limit=limit,
-                                      lease_seconds=self.spec.config.lease.duration)
+                jobs = jobs_api.claim(
+                    self.conn,
+                    queue,
+                    worker=self.spec.worker_id,
+                    limit=limit,
+                    lease_seconds=self.spec.config.lease.duration,
+                )
             except psycopg.OperationalError as exc:
-                log.warning("%s#%s: claim from queue %s failed: %s", self.pool.name,
-                            self.spec.slot, queue, exc, extra={"pool": self.pool.name})
+                log.warning(
+                    "%s#%s: claim from queue %s failed: %s",
+                    self.pool.name,
+                    self.spec.slot,
+                    queue,
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
                 self._reconnect()
                 return []
             except psycopg.Error as exc:
-                log.error("%s#%s: claim from queue %s failed: %s", self.pool.name,
-                          self.spec.slot, queue, exc, extra={"pool": self.pool.name})
+                log.error(
+                    "%s#%s: claim from queue %s failed: %s",
+                    self.pool.name,
+                    self.spec.slot,
+                    queue,
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
                 self._sleep(1.0)
                 return []
             self.board.observe_claim(time.perf_counter() - started)
@@ -284,20 +321,30 @@ class Worker:
                 continue
             assert self.conn is not None
             try:
-                self.results.write(self.conn, self.board, self.pool.name,
-                                   self.spec.config.history.enabled)
+                self.results.write(
+                    self.conn, self.board, self.pool.name, self.spec.config.history.enabled
+                )
                 return
             except psycopg.OperationalError as exc:
-                log.warning("%s#%s: cannot record the outcome of %d jobs: %s; retrying",
-                            self.pool.name, self.spec.slot,
-                            len(self.results.done) + len(self.results.settled), exc,
-                            extra={"pool": self.pool.name})
+                log.warning(
+                    "%s#%s: cannot record the outcome of %d jobs: %s; retrying",
+                    self.pool.name,
+                    self.spec.slot,
+                    len(self.results.done) + len(self.results.settled),
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
                 if self.orphaned:
                     return
                 self._reconnect()
             except psycopg.Error as exc:
-                log.error("%s#%s: recording job outcomes failed: %s; retrying in 1s",
-                          self.pool.name, self.spec.slot, exc, extra={"pool": self.pool.name})
+                log.error(
+                    "%s#%s: recording job outcomes failed: %s; retrying in 1s",
+                    self.pool.name,
+                    self.spec.slot,
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
                 if self.orphaned:
                     return
                 self._sleep(1.0)
@@ -307,8 +354,13 @@ class Worker:
     def _recycle_reason(self) -> ChildExit | None:
         max_jobs = self.spec.max_jobs
         if max_jobs is not None and self.jobs_run >= max_jobs:
-            log.info("%s#%s recycling after %d jobs (max_jobs)", self.pool.name, self.spec.slot,
-                     self.jobs_run, extra={"pool": self.pool.name})
+            log.info(
+                "%s#%s recycling after %d jobs (max_jobs)",
+                self.pool.name,
+                self.spec.slot,
+                self.jobs_run,
+                extra={"pool": self.pool.name},
+            )
             return ChildExit.MAX_JOBS_RECYCLE
         limit = self.pool.memory_limit
         now = time.monotonic()
@@ -317,9 +369,14 @@ class Worker:
             used = memory.over_limit(limit)
             self.board.set_memory(used or memory.rss())
             if used is not None:
-                log.warning("%s#%s recycling: memory %d MiB is above the soft limit of %d MiB",
-                            self.pool.name, self.spec.slot, used >> 20, limit >> 20,
-                            extra={"pool": self.pool.name})
+                log.warning(
+                    "%s#%s recycling: memory %d MiB is above the soft limit of %d MiB",
+                    self.pool.name,
+                    self.spec.slot,
+                    used >> 20,
+                    limit >> 20,
+                    extra={"pool": self.pool.name},
+                )
                 return ChildExit.MEMORY_RECYCLE
         return None
 
@@ -359,8 +416,13 @@ class Worker:
         for job in self.unstarted:
             self.results.add(job, outcomes.release(job))
         if self.unstarted:
-            log.info("%s#%s gave back %d claimed jobs it had not started", self.pool.name,
-                     self.spec.slot, len(self.unstarted), extra={"pool": self.pool.name})
+            log.info(
+                "%s#%s gave back %d claimed jobs it had not started",
+                self.pool.name,
+                self.spec.slot,
+                len(self.unstarted),
+                extra={"pool": self.pool.name},
+            )
         self.unstarted = []
 
     def _idle(self, poll_interval: float, extra_fds: tuple[int, ...] = ()) -> None:
@@ -378,12 +440,20 @@ class Worker:
 
     def _leave_orphaned(self) -> int:
         """The master is gone: give back what we hold and leave, taking our subprocesses."""
-        log.warning("%s#%s: the master (pid %s) died; giving back jobs and stopping",
-                    self.pool.name, self.spec.slot, self.spec.master_pid,
-                    extra={"pool": self.pool.name})
+        log.warning(
+            "%s#%s: the master (pid %s) died; giving back jobs and stopping",
+            self.pool.name,
+            self.spec.slot,
+            self.spec.master_pid,
+            extra={"pool": self.pool.name},
+        )
         if self.in_hand is not None:
-            self.results.add(self.in_hand, outcomes.retry(
-                self.in_hand, 0, "interrupted: the supervisor died while this job ran"))
+            self.results.add(
+                self.in_hand,
+                outcomes.retry(
+                    self.in_hand, 0, "interrupted: the supervisor died while this job ran"
+                ),
+            )
         self._release_unstarted()
         if self.conn is not None:
             self._write_results()
@@ -396,7 +466,8 @@ class Worker:
     def _loop_threaded(self) -> int:
         work: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         done: queue_mod.SimpleQueue[tuple[Job, outcomes.Settlement | None]] = (
-            queue_mod.SimpleQueue())
+            queue_mod.SimpleQueue()
+        )
         done_r, done_w = os.pipe()
         os.set_blocking(done_r, False)
         os.set_blocking(done_w, False)
@@ -408,8 +479,10 @@ class Worker:
                 with contextlib.suppress(BlockingIOError):
                     os.write(done_w, b".")
 
-        threads = [threading.Thread(target=handler_thread, args=(i,), name=f"handler-{i}",
-                                    daemon=True) for i in range(self.pool.threads)]
+        threads = [
+            threading.Thread(target=handler_thread, args=(i,), name=f"handler-{i}", daemon=True)
+            for i in range(self.pool.threads)
+        ]
         for t in threads:
             t.start()
         in_flight = 0
@@ -445,8 +518,9 @@ class Worker:
                 wait = min(wait, 0.02)
             if in_flight:
                 self.board.set_state(State.RUNNING)
-                ready, _, _ = select.select([done_r, self._signal_r, self.spec.wake_fd], [], [],
-                                            wait)
+                ready, _, _ = select.select(
+                    [done_r, self._signal_r, self.spec.wake_fd], [], [], wait
+                )
                 for fd in ready:
                     _drain(fd)
             else:

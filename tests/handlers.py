@@ -37,8 +37,10 @@ def _db() -> psycopg.Connection[Any]:
 
 
 def _record(job: JobContext, event: str = "ran") -> None:
-    _db().execute("INSERT INTO test_ledger (job_id, attempt, pid, event) VALUES (%s, %s, %s, %s)",
-                  (job.id, job.attempt, os.getpid(), event))
+    _db().execute(
+        "INSERT INTO test_ledger (job_id, attempt, pid, event) VALUES (%s, %s, %s, %s)",
+        (job.id, job.attempt, os.getpid(), event),
+    )
 
 
 def noop(**_: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,8 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
-             what: str = "condition") -> T:
+def wait_for(
+    condition: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> T:
     """Poll until condition() is truthy; return its value."""
     deadline = time.monotonic() + timeout
     while True:
@@ -35,14 +40,21 @@ def wait_for(condition: Callable[[], T], timeout: float = 30.0, interval: float 
 class Supervisor:
     """A `pgq-supervisor -c FILE` process against a test database."""
 
-    def __init__(self, tmp_path: Path, dsn: str, yaml_text: str, *, name: str = "sup",
-                 extra_env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        dsn: str,
+        yaml_text: str,
+        *,
+        name: str = "sup",
+        extra_env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+    ) -> None:
         self.dsn = dsn
         self.config = tmp_path / f"{name}.yaml"
         self.config.write_text(textwrap.dedent(yaml_text))
         self.log_path = tmp_path / f"{name}.log"
-        self.env = {**os.environ, "PGQ_DSN": dsn, "PYTHONPATH": str(ROOT),
-                    **(extra_env or {})}
+        self.env = {**os.environ, "PGQ_DSN": dsn, "PYTHONPATH": str(ROOT), **(extra_env or {})}
         self.args = args or []
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -50,7 +62,10 @@ class Supervisor:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "supervisor.cli", "-c", str(self.config), *self.args],
-            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
         return self
 
@@ -72,8 +87,11 @@ class Supervisor:
             return []
 
     def wait_children(self, n: int, timeout: float = 30.0) -> list[psutil.Process]:
-        return wait_for(lambda: len(self.children()) == n and self.children(), timeout,
-                        what=f"{n} children\n{self.log()}")
+        return wait_for(
+            lambda: len(self.children()) == n and self.children(),
+            timeout,
+            what=f"{n} children\n{self.log()}",
+        )
 
     def send(self, signum: int) -> None:
         os.kill(self.pid, signum)
@@ -97,16 +115,15 @@ class Supervisor:
         if self.proc is None:
             return
         procs = []
-        with_children = psutil.Process(self.pid).children(recursive=True) \
-            if self.proc.poll() is None else []
+        with_children = (
+            psutil.Process(self.pid).children(recursive=True) if self.proc.poll() is None else []
+        )
         procs.extend(with_children)
         if self.proc.poll() is None:
             self.proc.kill()
         for p in procs:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
         self.proc.wait(10)
 
 

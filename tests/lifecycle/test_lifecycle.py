@@ -36,8 +36,9 @@ def _enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
 
 
 def _ran(dsn: str, event: str = "ran") -> dict[int, int]:
-    rows = query(dsn, "SELECT job_id, count(*) FROM test_ledger WHERE event = %s "
-                      "GROUP BY job_id", (event,))
+    rows = query(
+        dsn, "SELECT job_id, count(*) FROM test_ledger WHERE event = %s GROUP BY job_id", (event,)
+    )
     return dict(rows)
 
 
@@ -79,13 +80,21 @@ def test_child_killed_mid_job_is_replaced_and_the_job_runs_again(
 ) -> None:
     (job_id,) = _enqueue(ledger, [NewJob("sleep", {"seconds": 30})])
     sup = supervisor(BASIC).start()
-    victim = wait_for(lambda: query(ledger, "SELECT pid FROM test_ledger WHERE job_id = %s",
-                                    (job_id,)), what="job started")[0][0]
+    victim = wait_for(
+        lambda: query(ledger, "SELECT pid FROM test_ledger WHERE job_id = %s", (job_id,)),
+        what="job started",
+    )[0][0]
     os.kill(victim, signal.SIGKILL)
     # The master requeues the job at once (attempt counted) and a new child runs it.
-    rerun = wait_for(lambda: query(
-        ledger, "SELECT pid, attempt FROM test_ledger WHERE job_id = %s AND attempt = 2",
-        (job_id,)), timeout=15, what="job run again")
+    rerun = wait_for(
+        lambda: query(
+            ledger,
+            "SELECT pid, attempt FROM test_ledger WHERE job_id = %s AND attempt = 2",
+            (job_id,),
+        ),
+        timeout=15,
+        what="job run again",
+    )
     assert rerun[0][0] != victim
     sup.wait_children(2)
     log = sup.log()
@@ -101,20 +110,31 @@ def test_master_session_survives_children_starting_and_dying(
     sup.wait_children(2)
 
     def master_backend() -> list[tuple[int]]:
-        return query(ledger, "SELECT pid FROM pg_stat_activity WHERE application_name = "
-                             "'pgq-supervisor master' AND datname = current_database()")
+        return query(
+            ledger,
+            "SELECT pid FROM pg_stat_activity WHERE application_name = "
+            "'pgq-supervisor master' AND datname = current_database()",
+        )
 
     backend = wait_for(master_backend, what="master session")[0][0]
     for _ in range(3):
-        victims = sup.children()
-        for child in victims:
+        victims = {c.pid for c in sup.children()}
+        for child in sup.children():
             child.kill()
-        wait_for(lambda: {c.pid for c in sup.children()}.isdisjoint({v.pid for v in victims})
-                 and len(sup.children()) == 2, what="children replaced")
+        wait_for(
+            lambda old=victims: (
+                {c.pid for c in sup.children()}.isdisjoint(old) and len(sup.children()) == 2
+            ),
+            what="children replaced",
+        )
     # Children that exit cleanly (os._exit after a drain) must not close it either.
     (job_id,) = _enqueue(ledger, [NewJob("crash", {"how": "exit"}, max_attempts=1)])
-    wait_for(lambda: scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (job_id,))
-             == "discarded", what="crashing job discarded")
+    wait_for(
+        lambda: (
+            scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (job_id,)) == "discarded"
+        ),
+        what="crashing job discarded",
+    )
     assert master_backend() == [(backend,)]
     # The session still works: it just requeued a job for the crashed child.
     assert "discarded (no attempts left)" in sup.log()
@@ -187,13 +207,21 @@ def test_reload_replaces_only_the_changed_pool(
                     pids[name].add(child.pid)
         return pids
 
-    before = wait_for(lambda: (p := pool_pids()) and len(p["alpha"]) == 2
-                      and len(p["beta"]) == 1 and p, what="titled children")
+    before = wait_for(
+        lambda: (p := pool_pids()) and len(p["alpha"]) == 2 and len(p["beta"]) == 1 and p,
+        what="titled children",
+    )
     sup.config.write_text(sup.config.read_text().replace("{a: 1, b: 1}", "{a: 5, b: 1}"))
     sup.send(signal.SIGHUP)
-    after = wait_for(lambda: (p := pool_pids()) and len(p["alpha"]) == 2
-                     and p["alpha"].isdisjoint(before["alpha"]) and p,
-                     what="alpha replaced")
+    after = wait_for(
+        lambda: (
+            (p := pool_pids())
+            and len(p["alpha"]) == 2
+            and p["alpha"].isdisjoint(before["alpha"])
+            and p
+        ),
+        what="alpha replaced",
+    )
     assert after["beta"] == before["beta"]
 
     # A broken file is rejected and nothing changes.
@@ -208,25 +236,31 @@ def test_reload_replaces_only_the_changed_pool(
 @pytest.mark.parametrize(
     ("yaml_text", "expected"),
     [
-        ("pools: {p: {processes: 0, queues: {q: 1}}}\nhandlers: {k: tests.handlers:noop}",
-         "pools.p.processes"),
-        ("pools: {p: {queues: {q: 0}}}\nhandlers: {k: tests.handlers:noop}",
-         "pools.p.queues.q"),
-        ("pools: {p: {queues: {q: 1}, proceses: 2}}\nhandlers: {k: tests.handlers:noop}",
-         "did you mean 'processes'"),
-        ("pools: {p: {queues: {q: 1}}}\nhandlers: {k: tests.nope:noop}",
-         "handlers.k"),
+        (
+            "pools: {p: {processes: 0, queues: {q: 1}}}\nhandlers: {k: tests.handlers:noop}",
+            "pools.p.processes",
+        ),
+        ("pools: {p: {queues: {q: 0}}}\nhandlers: {k: tests.handlers:noop}", "pools.p.queues.q"),
+        (
+            "pools: {p: {queues: {q: 1}, proceses: 2}}\nhandlers: {k: tests.handlers:noop}",
+            "did you mean 'processes'",
+        ),
+        ("pools: {p: {queues: {q: 1}}}\nhandlers: {k: tests.nope:noop}", "handlers.k"),
         ("pools: {p: {queues: {q: 1}}\nhandlers: {k: tests.handlers:noop}", "line"),
     ],
 )
-def test_bad_config_exits_2_with_the_key_path(tmp_path: Path, yaml_text: str,
-                                              expected: str) -> None:
+def test_bad_config_exits_2_with_the_key_path(
+    tmp_path: Path, yaml_text: str, expected: str
+) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml_text)
     for verb in ([], ["check"]):
         result = subprocess.run(
             [sys.executable, "-m", "supervisor.cli", "-c", str(path), *verb],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
             env={**os.environ, "PGQ_DSN": "postgresql://nobody@127.0.0.1:1/none"},
         )
         assert result.returncode == 2, result.stderr

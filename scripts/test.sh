@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Install the project and its test tools into .venv, then lint and run the whole test suite.
+# Uses the database in PGQ_TEST_DSN when set; otherwise the tests start an embedded PostgreSQL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test]'
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/pytest -q "$@"
