@@ -9,12 +9,16 @@ What we promise:
 
 - One server per data directory. start() reuses a server another process started there, and
   an fcntl lock beside the directory serialises initdb and start across processes.
-- The server outlives nothing by accident: no atexit hook, no __del__. It runs in a session of
-  its own, so a Ctrl-C on the terminal or a killpg() of our process group does not reach it;
-  only stop() and kill() do.
+- Nothing stops the server by accident: no atexit hook, no __del__, so forked children that
+  exit leave it alone. It runs in a session of its own, so neither a Ctrl-C on the terminal
+  nor a killpg() of our process group reaches it; only stop() and kill() do.
+- After a crash (kill -9, a reboot), start() clears what the dead server left behind: orphaned
+  backends and lock files that name a pid which now belongs to someone else.
 - The DSN never changes for a data directory: a unix socket in the data directory, or in a
   short per-directory folder under /tmp when that path would not fit in a socket address.
-- Trust authentication for the `postgres` superuser, on local connections only; no password.
+- Trust authentication for the `postgres` superuser, no password. By default only the unix
+  socket listens, in a 0700 directory; with a port, 127.0.0.1 listens too, and there any
+  local user may connect as superuser.
 """
 
 from __future__ import annotations
@@ -30,8 +34,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
 from hashlib import sha256
 from pathlib import Path
 from urllib.parse import quote
@@ -40,6 +43,7 @@ import psutil
 
 from .embedded_host import (
     EmbeddedError,
+    PidFile,
     RunAs,
     ensure_private_dir,
     give,
@@ -47,6 +51,7 @@ from .embedded_host import (
     is_postmaster_of,
     processes_in,
     run_as_for,
+    tail,
     wait_gone,
 )
 
@@ -93,42 +98,14 @@ def available() -> bool:
     return _install_dir() is not None
 
 
-@dataclass(frozen=True)
-class _PidFile:
-    """postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shm, status."""
-
-    pid: int
-    port: int
-    socket_dir: str
-    listen: str
-    status: str
-
-    @classmethod
-    def read(cls, data_dir: Path) -> _PidFile | None:
-        path = data_dir / "postmaster.pid"
-        try:
-            lines = path.read_text().splitlines()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except PermissionError:
-            raise EmbeddedError(
-                f"cannot read {path}: run as root or as the owner of {data_dir}"
-            ) from None
-        # The postmaster fills the file in as it starts, so it may still be short.
-        lines += [""] * (8 - len(lines))
-        try:
-            pid, port = abs(int(lines[0])), int(lines[3] or DEFAULT_PORT)
-        except ValueError:
-            return None
-        return cls(pid, port, lines[4].strip(), lines[5].strip(), lines[7].strip())
-
-    def dsn(self) -> str:
-        host = self.socket_dir or ("127.0.0.1" if self.listen in ("", "*") else self.listen)
-        return _dsn(host, self.port)
-
-
 def _dsn(host: str, port: int) -> str:
     return f"postgresql://{SUPERUSER}@/{DATABASE}?host={quote(host, safe='/')}&port={port}"
+
+
+def _dsn_of(info: PidFile) -> str:
+    """How to reach a running server, from what it wrote in its pid file."""
+    host = info.socket_dir or ("127.0.0.1" if info.listen in ("", "*") else info.listen)
+    return _dsn(host, info.port)
 
 
 def _socket_dir(data_dir: Path, port: int) -> Path:
@@ -142,16 +119,6 @@ def _socket_dir(data_dir: Path, port: int) -> Path:
     return Path("/tmp") / f"pgq-{sha256(text.encode()).hexdigest()[:16]}"
 
 
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 16384))
-            text = handle.read().decode(errors="replace")
-    except OSError as exc:
-        return f"({path} unreadable: {exc.strerror})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 class EmbeddedPostgres:
     """A PostgreSQL server on a data directory of ours, started and stopped on request."""
 
@@ -163,7 +130,7 @@ class EmbeddedPostgres:
         port: int | None = None,
         max_connections: int = 200,
     ) -> None:
-        self.data_dir = Path(data_dir).absolute().resolve()
+        self.data_dir = Path(data_dir).resolve()
         self.durable = durable
         self.port = port
         self.max_connections = max_connections
@@ -193,11 +160,11 @@ class EmbeddedPostgres:
     @staticmethod
     def find_running(data_dir: str | os.PathLike[str]) -> str | None:
         """The DSN of a server ready on that data directory, else None."""
-        path = Path(data_dir).absolute().resolve()
-        info = _PidFile.read(path)
+        path = Path(data_dir).resolve()
+        info = PidFile.read(path)
         if info is None or info.status not in _READY or not is_postmaster_of(info.pid, path):
             return None
-        return info.dsn()
+        return _dsn_of(info)
 
     def start(self, timeout: float = 60.0) -> str:
         """Initialise the data directory on first use, start the server, wait until it is
@@ -236,11 +203,12 @@ class EmbeddedPostgres:
             proc = self._postmaster()
             if proc is not None:
                 started = time.monotonic()
-                proc.send_signal(_STOP_SIGNALS[mode])
+                with suppress(psutil.NoSuchProcess):
+                    proc.send_signal(_STOP_SIGNALS[mode])
                 if wait_gone([proc], deadline):
                     raise EmbeddedError(
                         f"PostgreSQL on {self.data_dir} did not stop ({mode}) within "
-                        f"{timeout:g}s; last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                        f"{timeout:g}s; last lines of {self.log_path}:\n{tail(self.log_path)}"
                     )
                 log.info(
                     "stopped PostgreSQL on %s in %.2fs", self.data_dir, time.monotonic() - started
@@ -265,8 +233,8 @@ class EmbeddedPostgres:
     # -- steps of start() and stop() ----------------------------------------------------------
 
     def _running_dsn(self) -> str:
-        info = _PidFile.read(self.data_dir)
-        return info.dsn() if info else self.dsn
+        info = PidFile.read(self.data_dir)
+        return _dsn_of(info) if info else self.dsn
 
     @contextmanager
     def _locked(self, deadline: float) -> Iterator[None]:
@@ -290,21 +258,21 @@ class EmbeddedPostgres:
             os.close(fd)
 
     def _postmaster(self) -> psutil.Process | None:
-        info = _PidFile.read(self.data_dir)
+        info = PidFile.read(self.data_dir)
         return is_postmaster_of(info.pid, self.data_dir) if info else None
 
     def _wait_ready(self, deadline: float) -> str | None:
         """The DSN of a postmaster already here once it is ready; None if there is none."""
         while True:
-            info = _PidFile.read(self.data_dir)
+            info = PidFile.read(self.data_dir)
             if info is None or not is_postmaster_of(info.pid, self.data_dir):
                 return None
             if info.status in _READY:
-                return info.dsn()
+                return _dsn_of(info)
             if time.monotonic() >= deadline:
                 raise EmbeddedError(
                     f"PostgreSQL on {self.data_dir} is running but not ready ({info.status}); "
-                    f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"last lines of {self.log_path}:\n{tail(self.log_path)}"
                 )
             time.sleep(0.05)
 
@@ -347,7 +315,7 @@ class EmbeddedPostgres:
             if failed:
                 output.seek(0)
                 said = output.read().decode(errors="replace").strip()
-                log_tail = _tail(self.log_path) if self.log_path.exists() else "(no log yet)"
+                log_tail = tail(self.log_path) if self.log_path.exists() else "(no log yet)"
                 raise EmbeddedError(
                     f"{program} failed ({failed}) on {self.data_dir}:\n{said}\n"
                     f"--- last lines of {self.log_path} ---\n{log_tail}"
@@ -384,8 +352,10 @@ class EmbeddedPostgres:
     def _clear_leftovers(self, deadline: float) -> None:
         """Make a crashed server's leftovers harmless before a new postmaster starts."""
         self._clear_orphans(deadline)
-        # PostgreSQL ignores a lock file whose pid is dead, but refuses one whose pid was
-        # reused (after a reboot) by some other live process. Nothing of ours runs here now.
+        # PostgreSQL ignores a lock file whose pid is gone, but refuses one whose pid still
+        # exists: a killed postmaster not yet reaped (a zombie), or after a reboot some other
+        # process that got the same pid. No process works in this data directory any more,
+        # so such a lock file is stale. (The shared memory block is found by its own key.)
         lock_files = [
             self.data_dir / "postmaster.pid",
             self.socket_dir / f".s.PGSQL.{self.port or DEFAULT_PORT}.lock",
@@ -396,7 +366,7 @@ class EmbeddedPostgres:
             except (OSError, ValueError):
                 continue
             if psutil.pid_exists(pid):
-                log.warning("removing stale %s (pid %s is another process now)", lock_file, pid)
+                log.info("removing stale %s (its pid %s is not a live server)", lock_file, pid)
                 lock_file.unlink(missing_ok=True)
 
     def _clear_orphans(self, deadline: float) -> None:

@@ -4,6 +4,7 @@ PostgreSQL refuses to run as root, so when we are root the server runs as an unp
 system user, who must be able to reach both the data directory and the server binaries.
 Processes are recognised by their working directory: the postmaster and every child it forks
 chdir into the data directory, which no pid file can get wrong after a crash or a reboot.
+The pid file still says how to reach a running server, and whether it is ready.
 """
 
 from __future__ import annotations
@@ -27,6 +28,47 @@ SERVICE_USER_ENV = "PGQ_EMBEDDED_USER"
 
 class EmbeddedError(RuntimeError):
     """The embedded server could not be prepared, started or stopped."""
+
+
+@dataclass(frozen=True)
+class PidFile:
+    """postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shm, status."""
+
+    pid: int
+    port: int
+    socket_dir: str
+    listen: str
+    status: str
+
+    @classmethod
+    def read(cls, data_dir: Path) -> PidFile | None:
+        path = data_dir / "postmaster.pid"
+        try:
+            lines = path.read_text().splitlines()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except PermissionError:
+            raise EmbeddedError(
+                f"cannot read {path}: run as root or as the owner of {data_dir}"
+            ) from None
+        # The postmaster fills the file in as it starts, so it may still be short.
+        lines += [""] * (8 - len(lines))
+        try:
+            pid, port = abs(int(lines[0])), int(lines[3] or 5432)
+        except ValueError:
+            return None
+        return cls(pid, port, lines[4].strip(), lines[5].strip(), lines[7].strip())
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log, for error messages."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 16384))
+            text = handle.read().decode(errors="replace")
+    except OSError as exc:
+        return f"({path} unreadable: {exc.strerror})"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,26 @@ def test_lifecycle(tmp_path: Path, servers: Factory) -> None:
     twin.stop()
 
 
+def test_stale_pid_file_naming_another_live_process(tmp_path: Path, servers: Factory) -> None:
+    # After a reboot, the pid in a stale postmaster.pid may belong to some other process;
+    # PostgreSQL alone would refuse to start ("lock file already exists").
+    data = tmp_path / "data"
+    pg = servers(data)
+    dsn = pg.start()
+    lines = (data / "postmaster.pid").read_text().splitlines()
+    pg.kill()
+    pg.stop()
+    with subprocess.Popen(["sleep", "60"]) as stranger:
+        try:
+            (data / "postmaster.pid").write_text("\n".join([str(stranger.pid), *lines[1:]]) + "\n")
+            assert not pg.is_running()
+            assert pg.start() == dsn
+            assert scalar(dsn, "SELECT 1") == 1
+            assert stranger.poll() is None  # and it was left alone
+        finally:
+            stranger.kill()
+
+
 def test_concurrent_starts_make_one_postmaster(tmp_path: Path, servers: Factory) -> None:
     data = tmp_path / "data"
     servers(data)  # only to stop it afterwards
