@@ -214,6 +214,10 @@ class EmbeddedPostgres:
                     "stopped PostgreSQL on %s in %.2fs", self.data_dir, time.monotonic() - started
                 )
             self._clear_orphans(deadline)
+            if self.socket_dir != self.data_dir:
+                # Our short folder under /tmp; it stays if a killed server left its socket there.
+                with suppress(OSError):
+                    self.socket_dir.rmdir()
 
     def restart(self, timeout: float = 60.0) -> str:
         """Stop (fast) and start again; the DSN stays the same."""

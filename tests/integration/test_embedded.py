@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL server: real servers in tmp_path, real processes, real signals.
+"""The embedded PostgreSQL server: real servers in scratch folders, real processes, signals.
 
 When run as root (CI), this exercises the path where the server runs as an unprivileged user.
 """
@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,7 +56,10 @@ def listeners_on_5432() -> set[tuple[int | None, float | None]]:
     found = set()
     for conn in psutil.net_connections("tcp"):
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == 5432:
-            created = psutil.Process(conn.pid).create_time() if conn.pid else None
+            try:
+                created = psutil.Process(conn.pid).create_time() if conn.pid else None
+            except psutil.NoSuchProcess:
+                continue
             found.add((conn.pid, created))
     return found
 
@@ -65,6 +69,14 @@ def system_server_untouched() -> Iterator[None]:
     before = listeners_on_5432()
     yield
     assert listeners_on_5432() == before
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A scratch folder of our own, not pytest's tmp_path: every pytest session run as root
+    resets /tmp/pytest-of-root to 0700, which would cut the server's user off mid-test."""
+    with tempfile.TemporaryDirectory(prefix="pgq-embedded-test-") as tmp:
+        yield Path(tmp)
 
 
 @pytest.fixture
@@ -82,8 +94,8 @@ def servers() -> Iterator[Factory]:
         server.stop("immediate", timeout=30)
 
 
-def test_lifecycle(tmp_path: Path, servers: Factory) -> None:
-    data = tmp_path / "data"
+def test_lifecycle(workdir: Path, servers: Factory) -> None:
+    data = workdir / "data"
     pg = servers(data)
     assert not pg.is_running()
     assert pg.pid() is None
@@ -139,10 +151,10 @@ def test_lifecycle(tmp_path: Path, servers: Factory) -> None:
     twin.stop()
 
 
-def test_stale_pid_file_naming_another_live_process(tmp_path: Path, servers: Factory) -> None:
+def test_stale_pid_file_naming_another_live_process(workdir: Path, servers: Factory) -> None:
     # After a reboot, the pid in a stale postmaster.pid may belong to some other process;
     # PostgreSQL alone would refuse to start ("lock file already exists").
-    data = tmp_path / "data"
+    data = workdir / "data"
     pg = servers(data)
     dsn = pg.start()
     lines = (data / "postmaster.pid").read_text().splitlines()
@@ -159,8 +171,8 @@ def test_stale_pid_file_naming_another_live_process(tmp_path: Path, servers: Fac
             stranger.kill()
 
 
-def test_concurrent_starts_make_one_postmaster(tmp_path: Path, servers: Factory) -> None:
-    data = tmp_path / "data"
+def test_concurrent_starts_make_one_postmaster(workdir: Path, servers: Factory) -> None:
+    data = workdir / "data"
     servers(data)  # only to stop it afterwards
     script = (
         "import sys, time\n"
@@ -190,8 +202,8 @@ def test_concurrent_starts_make_one_postmaster(tmp_path: Path, servers: Factory)
     assert scalar(lines[0][0], "SELECT 1") == 1
 
 
-def test_long_path_puts_the_socket_under_tmp(tmp_path: Path, servers: Factory) -> None:
-    data = tmp_path / ("d" * 50) / ("e" * 50) / "data"
+def test_long_path_puts_the_socket_under_tmp(workdir: Path, servers: Factory) -> None:
+    data = workdir / ("d" * 50) / ("e" * 50) / "data"
     assert len(f"{data}/.s.PGSQL.5432") > 107
     pg = servers(data)
     dsn = pg.start()
@@ -201,13 +213,14 @@ def test_long_path_puts_the_socket_under_tmp(tmp_path: Path, servers: Factory) -
     assert EmbeddedPostgres.find_running(data) == dsn
     pg.stop()
     assert_gone(data)
+    assert not pg.socket_dir.exists()
 
 
-def test_port_listens_on_loopback(tmp_path: Path, servers: Factory) -> None:
+def test_port_listens_on_loopback(workdir: Path, servers: Factory) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    pg = servers(tmp_path / "data", port=port)
+    pg = servers(workdir / "data", port=port)
     dsn = pg.start()
     assert dsn.endswith(f"&port={port}")
     assert scalar(f"postgresql://postgres@127.0.0.1:{port}/postgres", "SELECT 1") == 1
@@ -215,8 +228,8 @@ def test_port_listens_on_loopback(tmp_path: Path, servers: Factory) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root path needs root")
-def test_as_root_the_server_runs_as_an_unprivileged_user(tmp_path: Path, servers: Factory) -> None:
-    data = tmp_path / "data"
+def test_as_root_the_server_runs_as_an_unprivileged_user(workdir: Path, servers: Factory) -> None:
+    data = workdir / "data"
     pg = servers(data)
     pg.start()
     st = data.stat()
