@@ -74,23 +74,37 @@ class Results:
     def due(self) -> bool:
         return self.oldest is not None and time.monotonic() - self.oldest >= FLUSH_AFTER
 
-    def write(self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool) -> None:
-        """Write every outcome, fenced; raises on database errors with nothing cleared, so
-        the caller can reconnect and write them again."""
-        lost: list[Job] = []
+    def write(
+        self,
+        conn: psycopg.Connection[Any],
+        board: Board,
+        pool: str,
+        history: bool,
+        then: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]] | None = None,
+    ) -> psycopg.Cursor[Any] | None:
+        """Write every outcome, fenced, in one round trip and one transaction; ``then`` (the
+        next claim) travels in the same pipeline, so a batch costs a single commit. Raises on
+        database errors with nothing cleared, so the caller can reconnect and write again.
+        Returns the cursor ``then`` produced."""
         with conn.pipeline():
-            if self.done:
-                finished = jobs_api.complete(conn, self.done, history=history)
-                board.count(Counter.COMPLETED, len(finished.kept))
-                lost.extend(finished.lost)
-            if self.settled:
-                result = jobs_api.settle(conn, self.settled, history=history)
-                kept = {j.id for j in result.kept}
-                for s in self.settled:
-                    if s.job.id in kept:
-                        _count_settlement(board, s)
-                        _log_settlement(s, pool)
-                lost.extend(result.lost)
+            done = jobs_api.send_complete(conn, self.done, history=history) if self.done else None
+            settled = (
+                jobs_api.send_settle(conn, self.settled, history=history) if self.settled else None
+            )
+            after = then(conn) if then is not None else None
+        lost: list[Job] = []
+        if done is not None:
+            finished = jobs_api.fenced(done, self.done)
+            board.count(Counter.COMPLETED, len(finished.kept))
+            lost.extend(finished.lost)
+        if settled is not None:
+            result = jobs_api.fenced(settled, [s.job for s in self.settled])
+            kept = {j.id for j in result.kept}
+            for s in self.settled:
+                if s.job.id in kept:
+                    _count_settlement(board, s)
+                    _log_settlement(s, pool)
+            lost.extend(result.lost)
         for job in lost:
             board.count(Counter.LOST)
             log.warning(
@@ -103,6 +117,7 @@ class Results:
                 extra=job_fields(job, pool),
             )
         self.done, self.settled, self.oldest = [], [], None
+        return after
 
 
 def _count_settlement(board: Board, s: outcomes.Settlement) -> None:

@@ -99,6 +99,7 @@ class Worker:
         self.jobs_run = 0
         self.last_memory_check = 0.0
         self.woke_from_idle = False
+        self.recycle: ChildExit | None = None
         self.in_hand: Job | None = None
         self.unstarted: list[Job] = []
         self.queues = WeightedQueues(self.pool.queues)
@@ -266,19 +267,36 @@ class Worker:
             return False  # cannot confirm ownership: behave as if lost
 
     def _claim(self, limit: int) -> list[Job]:
-        """Claim from the queue the weights pick, falling through to the others when empty."""
+        """Claim from the queue the weights pick, falling through to the others when empty.
+        Outcomes still waiting to be written go in the same round trip as the first claim."""
         assert self.conn is not None
         self.board.set_state(State.CLAIMING)
+        config = self.spec.config
+
+        def send(conn: psycopg.Connection[Any], queue: str) -> psycopg.Cursor[Any]:
+            return jobs_api.send_claim(
+                conn,
+                queue,
+                worker=self.spec.worker_id,
+                limit=limit,
+                lease_seconds=config.lease.duration,
+            )
+
         for queue in self.queues.order():
             started = time.perf_counter()
             try:
-                jobs = jobs_api.claim(
-                    self.conn,
-                    queue,
-                    worker=self.spec.worker_id,
-                    limit=limit,
-                    lease_seconds=self.spec.config.lease.duration,
-                )
+                if self.results:
+                    cursor = self.results.write(
+                        self.conn,
+                        self.board,
+                        self.pool.name,
+                        config.history.enabled,
+                        then=lambda conn, q=queue: send(conn, q),
+                    )
+                    assert cursor is not None
+                else:
+                    cursor = send(self.conn, queue)
+                jobs = jobs_api.claimed_jobs(cursor)
             except psycopg.OperationalError as exc:
                 log.warning(
                     "%s#%s: claim from queue %s failed: %s",
@@ -352,6 +370,13 @@ class Worker:
     # -- limits ----------------------------------------------------------------------------
 
     def _recycle_reason(self) -> ChildExit | None:
+        """Whether this child should leave to be replaced; once decided, it stays decided
+        (the memory check is rate-limited and would not say it twice)."""
+        if self.recycle is None:
+            self.recycle = self._check_limits()
+        return self.recycle
+
+    def _check_limits(self) -> ChildExit | None:
         max_jobs = self.spec.max_jobs
         if max_jobs is not None and self.jobs_run >= max_jobs:
             log.info(
@@ -386,6 +411,7 @@ class Worker:
         while not self.draining:
             reason = self._recycle_reason()
             if reason is not None:
+                self._write_results()
                 return reason
             claimed = self._claim(self.pool.batch)
             if claimed:
@@ -410,7 +436,7 @@ class Worker:
             self.jobs_run += 1
             if self.results.due():
                 self._write_results()
-        self._write_results()
+        # The batch's last outcomes travel with the next claim, which follows at once.
 
     def _release_unstarted(self) -> None:
         for job in self.unstarted:
