@@ -9,6 +9,7 @@ job's outcome is written as soon as it finishes (see Results.due).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -186,13 +187,16 @@ class Executor:
         # own bookkeeping around it.
         self.interruptible = False
         self.deadline: float | None = None
+        # Handler threads share the board's counters; `+=` on shared memory is not atomic.
+        self.counter_lock = threading.Lock()
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
         policy = self.config.policy(job.kind)
         handler = self.handlers.get(job.kind)
         if handler is None:
-            self.board.count(Counter.UNKNOWN_KIND)
+            with self.counter_lock:
+                self.board.count(Counter.UNKNOWN_KIND)
             known = ", ".join(sorted(self.handlers)) or "none"
             return outcomes.failure(
                 job,
@@ -250,6 +254,7 @@ class Executor:
             self.interruptible = False
             self.deadline = None
             self.board.job_finished(thread)
-            self.board.observe_job(time.monotonic() - started)
-            self.board.count(Counter.JOBS_RUN)
+            with self.counter_lock:
+                self.board.observe_job(time.monotonic() - started)
+                self.board.count(Counter.JOBS_RUN)
         return settlement
