@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from . import proctitle
+from .board import State
 from .children import HOSTNAME, Child, Slot, spawn
 from .database import MasterDatabase
 from .exits import ExitReason, MasterExit
@@ -368,19 +369,22 @@ class Master:
         for queue in dict.fromkeys(payloads or []):
             for runtime in self.pools.values():
                 if queue in runtime.config.queues:
-                    self.wake_idle(runtime.config.name)
+                    self.wake_idle(runtime.config.name, queue=queue)
 
-    def wake_idle(self, pool: str, exclude: Child | None = None) -> None:
-        """Wake one idle child of the pool; busy children will claim when they are done."""
-        from .board import State
-
+    def wake_idle(
+        self, pool: str, *, exclude: Child | None = None, queue: str | None = None
+    ) -> None:
+        """Wake one idle child of the pool, telling it which queue has work; busy children
+        will claim when they are done."""
         runtime = self.pools.get(pool)
         if runtime is None:
             return
+        queues = list(runtime.config.queues)
+        hint = queues.index(queue) + 1 if queue in queues else 0
         for slot in runtime.slots:
             child = slot.child
             if child is not None and child is not exclude and child.board.state == State.IDLE:
-                child.wake()
+                child.wake(hint)
                 return
 
     # -- services, reload, stop ----------------------------------------------------------------

@@ -103,6 +103,8 @@ class Worker:
         self.in_hand: Job | None = None
         self.unstarted: list[Job] = []
         self.queues = WeightedQueues(self.pool.queues)
+        self.queue_names = list(self.pool.queues)
+        self.hint: str | None = None
         self.executor = Executor(
             config=spec.config,
             pool=self.pool.name,
@@ -282,7 +284,15 @@ class Worker:
                 lease_seconds=config.lease.duration,
             )
 
-        for queue in self.queues.order():
+        # Woken for a particular queue: try it first, outside the weighted rotation (an idle
+        # child is not taking anyone's share).
+        hint, self.hint = self.hint, None
+        order = (
+            [hint, *(q for q in self.queue_names if q != hint)]
+            if hint is not None
+            else self.queues.order()
+        )
+        for queue in order:
             started = time.perf_counter()
             try:
                 if self.results:
@@ -461,7 +471,8 @@ class Worker:
             if fd != self.spec.wake_fd:
                 _drain(fd)
         if self.spec.wake_fd in ready:
-            _drain(self.spec.wake_fd)
+            hints = [b for b in _read_all(self.spec.wake_fd) if 0 < b <= len(self.queue_names)]
+            self.hint = self.queue_names[hints[-1] - 1] if hints else None
             self.woke_from_idle = True
 
     def _leave_orphaned(self) -> int:
@@ -577,7 +588,14 @@ class Worker:
         return exit_code
 
 
-def _drain(fd: int) -> None:
+def _read_all(fd: int) -> bytes:
+    """Everything waiting on a non-blocking pipe."""
+    chunks = []
     with contextlib.suppress(BlockingIOError, OSError):
-        while os.read(fd, 4096):
-            pass
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _drain(fd: int) -> None:
+    _read_all(fd)
