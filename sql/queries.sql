@@ -444,7 +444,7 @@ SELECT now();
 -- name: list_discarded
 -- Dead letters, newest first, up to %(limit)s; every filter is optional (null means any).
 -- Reads the jobs_discarded index backwards.
-SELECT id, kind, queue, attempts, max_attempts, finished_at, last_error
+SELECT id, kind, queue, attempts, max_attempts, finished_at, unique_key, last_error
 FROM pgq.jobs
 WHERE state = 'discarded'
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)

@@ -39,7 +39,9 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--newer-than", type=duration_arg, metavar="AGE", help="finished less than AGE ago"
     )
-    p.add_argument("--limit", type=positive_int, default=50, help="at most this many (50)")
+    p.add_argument(
+        "--limit", type=positive_int, default=50, metavar="N", help="at most this many (50)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
 
     p = sub.add_parser("show", help="everything about one dead letter")
@@ -52,7 +54,15 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
         description="Put dead letters back in their queues with attempts reset, due now. "
         "Say which: --id, --kind, --queue, --older-than (combined: all must match), or --all.",
     )
-    p.add_argument("--id", dest="ids", type=positive_int, nargs="+", action="extend", metavar="ID")
+    p.add_argument(
+        "--id",
+        dest="ids",
+        type=positive_int,
+        nargs="+",
+        action="extend",
+        metavar="ID",
+        help="these jobs (repeatable: --id 4 7 or --id 4 --id 7)",
+    )
     _filters(p)
     p.add_argument("--all", action="store_true", help="every dead letter (and no filter)")
 
@@ -128,6 +138,7 @@ class DeadLetter:
     attempts: int
     max_attempts: int
     finished_at: datetime
+    unique_key: str | None
     last_error: str | None
 
 
@@ -162,6 +173,7 @@ def dlq_list(ctx: Context) -> int:
                     "max_attempts": j.max_attempts,
                     "finished_at": iso(j.finished_at),
                     "finished_age_seconds": (now - j.finished_at).total_seconds(),
+                    "unique_key": j.unique_key,
                     "error": telling_line(j.last_error),
                 }
                 for j in jobs
@@ -273,10 +285,14 @@ def dlq_replay(ctx: Context) -> int:
                     ),
                 )
         except psycopg.errors.UniqueViolation as exc:
-            detail = exc.diag.message_detail or ""
+            # A waiting job may hold each unique key once: a job waiting or running now holds
+            # it, or two dead letters of this replay share it. The replay is one statement, so
+            # nothing moved; `dlq show` names each job's key.
+            detail = (exc.diag.message_detail or "").strip()
             raise DatabaseError(
-                "nothing replayed: a dead letter's unique key is held by a job that is waiting "
-                f"or running now ({detail.strip()}); replay the others by --id"
+                f"nothing replayed: a unique key would be held twice ({detail}), by a job "
+                "waiting or running now or by two of these dead letters; replay by --id, "
+                "leaving one of them out"
             ) from None
     ids = sorted(job_id for job_id, _ in replayed)
     filters = "every dead letter" if a.all else _described(a)

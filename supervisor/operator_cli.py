@@ -57,20 +57,29 @@ def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queue", default=DEFAULT_QUEUE, help=f"queue to put it in (default: {DEFAULT_QUEUE})"
     )
-    parser.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
+    parser.add_argument(
+        "--priority", type=int, default=0, metavar="N", help="higher runs first (default 0)"
+    )
     when = parser.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=duration_arg, help="run after this long: 30s, 5m, 1h30m")
     when.add_argument(
-        "--run-at", type=timestamp_arg, help="run at this time, ISO 8601 with offset (…Z)"
+        "--delay", type=duration_arg, metavar="DURATION", help="run after this long: 30s, 5m, 1h30m"
+    )
+    when.add_argument(
+        "--run-at",
+        type=timestamp_arg,
+        metavar="TIME",
+        help="run at this time: ISO 8601 with an offset, e.g. 2030-01-01T03:00:00Z",
     )
     parser.add_argument(
         "--max-attempts",
         type=positive_int,
+        metavar="N",
         help="attempts before it is discarded (default: jobs.KIND.max_attempts in the config, "
         f"else {DEFAULT_MAX_ATTEMPTS})",
     )
     parser.add_argument(
         "--unique-key",
+        metavar="KEY",
         help="enqueue nothing while a waiting or running job holds this key",
     )
 

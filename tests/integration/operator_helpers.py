@@ -93,9 +93,10 @@ def dead_letter(
     finished_ago: str = "1 minute",
     error: str = "boom",
     args: dict[str, Any] | None = None,
+    unique_key: str | None = None,
 ) -> int:
     """A discarded job that finished ``finished_ago`` (an SQL interval) before now."""
-    job_id = enqueue(conn, kind, args or {}, queue=queue, priority=32767)
+    job_id = enqueue(conn, kind, args or {}, queue=queue, priority=32767, unique_key=unique_key)
     (job,) = claim(conn, queue, worker="test-worker")
     assert job.id == job_id
     assert settle(conn, [discard(job, error)]).kept

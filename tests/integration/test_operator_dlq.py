@@ -134,6 +134,20 @@ def test_replay_refuses_when_a_unique_key_is_held_again(
     assert states(conn) == before
 
 
+def test_replay_refuses_two_dead_letters_sharing_a_unique_key(
+    cli: Cli, conn: psycopg.Connection[Any]
+) -> None:
+    first, second = (dead_letter(conn, queue="pdf", unique_key="invoice:8") for _ in range(2))
+    listed = cli("dlq", "list", "--json").json()
+    assert [j["unique_key"] for j in listed["jobs"]] == ["invoice:8", "invoice:8"]
+    before = states(conn)
+    result = cli("dlq", "replay", "--kind", "render_pdf")
+    assert result.code == 1 and "nothing replayed" in result.err
+    assert states(conn) == before
+    assert cli("dlq", "replay", "--id", str(second)).code == 0
+    assert states(conn)[second][0] == "available" and states(conn)[first][0] == "discarded"
+
+
 @pytest.mark.parametrize(
     ("argv", "gone"),
     [
