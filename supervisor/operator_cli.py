@@ -13,6 +13,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from .cli import Context, UsageError, verb
 from .dlq_cli import dlq_arguments, dlq_verb
 from .dsn import describe
@@ -137,7 +139,7 @@ def _enqueue_warnings(ctx: Context, kind: str, queue: str) -> list[str]:
     return warnings
 
 
-def _inserted_here(conn: Any, job_id: int) -> bool:
+def _inserted_here(conn: psycopg.Connection[Any], job_id: int) -> bool:
     row = conn.execute(query("job_inserted_here"), {"id": job_id}).fetchone()
     return bool(row and row[0])
 
