@@ -285,12 +285,15 @@ SELECT id, queue, kind, state, attempts FROM moved;
 
 -- name: purge_discarded
 -- Deletes up to %(limit)s dead letters that finished before %(older_than)s; run in a loop.
+-- %(kind)s and %(queue)s narrow it when given (`dlq purge --kind`); null means any.
 DELETE FROM pgq.jobs
 WHERE id IN (
     SELECT id
     FROM pgq.jobs
     WHERE state = 'discarded'
       AND finished_at < %(older_than)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -420,7 +423,7 @@ ORDER BY host, started_at;
 
 -- name: list_workers
 -- Children of live supervisors, for status.
-SELECT supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
+SELECT supervisor_id, worker_id, pool, slot, pid, state, job_id, kind, job_started,
        extract(epoch FROM now() - job_started)::float8 AS job_age, spawned_at
 FROM pgq.workers
 ORDER BY supervisor_id, pool, slot;
@@ -432,3 +435,45 @@ FROM pgq.job_history
 WHERE finished_at > now() - make_interval(secs => %(seconds)s::float8)
 GROUP BY queue, outcome
 ORDER BY queue, outcome;
+
+-- name: clock
+-- The database's time: operator commands measure ages and cutoffs on the server's clock, so a
+-- skewed clock on the operator's machine cannot shift what `--older-than 1d` selects.
+SELECT now();
+
+-- name: list_discarded
+-- Dead letters, newest first, up to %(limit)s; every filter is optional (null means any).
+-- Reads the jobs_discarded index backwards.
+SELECT id, kind, queue, attempts, max_attempts, finished_at, unique_key, last_error
+FROM pgq.jobs
+WHERE state = 'discarded'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
+  AND (%(finished_after)s::timestamptz IS NULL OR finished_at > %(finished_after)s::timestamptz)
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: count_discarded
+-- How many dead letters match the same filters as list_discarded (when a listing is cut short).
+SELECT count(*)
+FROM pgq.jobs
+WHERE state = 'discarded'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
+  AND (%(finished_after)s::timestamptz IS NULL OR finished_at > %(finished_after)s::timestamptz);
+
+-- name: job_by_id
+-- Everything about one job, whatever its state (`dlq show`).
+SELECT id, queue, kind, state, args, priority, attempts, max_attempts, unique_key, last_error,
+       created_at, run_at, started_at, finished_at, locked_by
+FROM pgq.jobs
+WHERE id = %(id)s;
+
+-- name: job_inserted_here
+-- Whether job %(id)s was inserted by the current transaction. An enqueue whose unique key is
+-- already held returns the holder's id; this tells a new job from the holder, exactly.
+SELECT xmin = pg_current_xact_id()::xid
+FROM pgq.jobs
+WHERE id = %(id)s;

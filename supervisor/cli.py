@@ -275,4 +275,8 @@ def wait_for_database(dsn: str, connect_timeout: float) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m supervisor.cli` runs this file as __main__, a second copy of the module, while
+    # verb modules register with the importable supervisor.cli: run that copy's main.
+    from supervisor.cli import main as importable_main
+
+    sys.exit(importable_main())

@@ -105,14 +105,21 @@ def rescue(
 
 
 def purge_discarded(
-    conn: psycopg.Connection[Any], older_than: datetime, *, batch: int = PURGE_BATCH
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    batch: int = PURGE_BATCH,
+    kind: str | None = None,
+    queue: str | None = None,
 ) -> int:
-    """Delete dead letters that finished before ``older_than``, in batches; returns how many."""
+    """Delete dead letters that finished before ``older_than``, in batches; returns how many.
+
+    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any.
+    """
+    params = {"older_than": older_than, "limit": batch, "kind": kind, "queue": queue}
     total = 0
     while True:
-        deleted = conn.execute(
-            query("purge_discarded"), {"older_than": older_than, "limit": batch}
-        ).rowcount
+        deleted = conn.execute(query("purge_discarded"), params).rowcount
         total += deleted
         if deleted < batch:
             return total
