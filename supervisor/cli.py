@@ -102,8 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    with contextlib.suppress(ImportError):
-        from . import operator_cli  # noqa: F401
+    from . import operator_cli  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
