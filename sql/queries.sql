@@ -302,17 +302,53 @@ WHERE id IN (
 -- name: replay
 -- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
 -- caller must give at least one (or say all): ids, kind, queue, finished before a time.
-UPDATE pgq.jobs
-SET state = 'available',
-    attempts = 0,
-    run_at = now(),
-    finished_at = NULL
-WHERE state = 'discarded'
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
-RETURNING id, queue;
+-- A dead letter whose unique key is held again (by a waiting or running job, or by a newer dead
+-- letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
+-- every matching dead letter: replayed true with its queue, or replayed false with its key.
+WITH locked AS (
+    SELECT id, unique_key, finished_at
+    FROM pgq.jobs
+    WHERE state = 'discarded'
+      AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(finished_before)s::timestamptz IS NULL
+           OR finished_at < %(finished_before)s::timestamptz)
+    FOR UPDATE
+),
+matching AS (
+    SELECT id, unique_key,
+           row_number() OVER (PARTITION BY unique_key ORDER BY finished_at DESC, id DESC) AS nth
+    FROM locked
+),
+replayable AS (
+    SELECT m.id
+    FROM matching AS m
+    WHERE m.unique_key IS NULL
+       OR (m.nth = 1
+           AND NOT EXISTS (
+               SELECT 1
+               FROM pgq.jobs AS holder
+               WHERE holder.unique_key = m.unique_key
+                 AND holder.state IN ('available', 'running')
+           ))
+),
+replayed AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'available',
+        attempts = 0,
+        run_at = now(),
+        finished_at = NULL
+    FROM replayable AS r
+    WHERE j.id = r.id
+    RETURNING j.id, j.queue
+)
+SELECT id, queue, NULL::text AS unique_key, true AS replayed
+FROM replayed
+UNION ALL
+SELECT m.id, NULL, m.unique_key, false
+FROM matching AS m
+WHERE m.id NOT IN (SELECT id FROM replayable);
 
 -- name: history_partitions
 -- Creates the daily history partitions from today through %(days_ahead)s days later.
@@ -477,3 +513,11 @@ WHERE id = %(id)s;
 SELECT xmin = pg_current_xact_id()::xid
 FROM pgq.jobs
 WHERE id = %(id)s;
+
+-- name: try_advisory_lock
+-- Takes a session advisory lock if it is free; true when this session now holds it.
+SELECT pg_try_advisory_lock(%(key)s);
+
+-- name: advisory_unlock
+-- Releases a session advisory lock this session holds.
+SELECT pg_advisory_unlock(%(key)s);

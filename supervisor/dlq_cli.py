@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 from psycopg.rows import dict_row
 
 from . import maintenance
 from .cli import Context, UsageError
-from .dsn import DatabaseError
 from .exits import MasterExit
 from .operator_session import duration_arg, positive_int, server_clock, session
 from .queries import query
@@ -270,40 +268,38 @@ def dlq_replay(ctx: Context) -> int:
             "say which dead letters to replay: --id ID..., --kind K, --queue Q, "
             "--older-than AGE, or --all for every one (nothing was replayed)"
         )
-    with session(ctx) as conn:
-        try:
-            with conn.transaction():
-                now = server_clock(conn)
-                replayed = maintenance.replay(
-                    conn,
-                    maintenance.ReplayFilter(
-                        ids=a.ids,
-                        kind=a.kind,
-                        queue=a.queue,
-                        finished_before=_before(now, a.older_than),
-                        everything=a.all,
-                    ),
-                )
-        except psycopg.errors.UniqueViolation as exc:
-            # A waiting job may hold each unique key once: a job waiting or running now holds
-            # it, or two dead letters of this replay share it. The replay is one statement, so
-            # nothing moved; `dlq show` names each job's key.
-            detail = (exc.diag.message_detail or "").strip()
-            raise DatabaseError(
-                f"nothing replayed: a unique key would be held twice ({detail}), by a job "
-                "waiting or running now or by two of these dead letters; replay by --id, "
-                "leaving one of them out"
-            ) from None
-    ids = sorted(job_id for job_id, _ in replayed)
+    with session(ctx) as conn, conn.transaction():
+        now = server_clock(conn)
+        replayed = maintenance.replay(
+            conn,
+            maintenance.ReplayFilter(
+                ids=a.ids,
+                kind=a.kind,
+                queue=a.queue,
+                finished_before=_before(now, a.older_than),
+                everything=a.all,
+            ),
+        )
+    ids = sorted(replayed.ids)
     filters = "every dead letter" if a.all else _described(a)
     if ids:
         print(f"replayed {_plural(len(ids))} ({filters}), attempts reset, due now: {listing(ids)}")
-    else:
+    elif not replayed.held:
         print(f"replayed nothing: no dead letter matches ({filters})")
-    missing = sorted(set(a.ids or ()) - set(ids))
+    code = MasterExit.OK
+    if replayed.held:
+        # A job waiting or running holds the key (or a newer dead letter of this replay took
+        # it): replaying would duplicate that job, so these stay dead.
+        keys = ", ".join(f"{job_id} ({safe(key)})" for job_id, key in sorted(replayed.held)[:20])
+        code = _fail(
+            f"left {_plural(len(replayed.held))} in the queue: each one's unique key is held "
+            f"by a job waiting or running now, or by a newer dead letter replayed here: {keys}"
+        )
+    held = {job_id for job_id, _ in replayed.held}
+    missing = sorted(set(a.ids or ()) - set(ids) - held)
     if missing:
-        return _fail(f"not replayed: {listing(missing)}: no dead letter with that id matches")
-    return MasterExit.OK
+        code = _fail(f"not replayed: {listing(missing)}: no dead letter with that id matches")
+    return code
 
 
 def dlq_purge(ctx: Context) -> int:

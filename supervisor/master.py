@@ -269,7 +269,7 @@ class Master:
     def child_exited(self, child: Child, reason: ExitReason) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(child.report_fd)
-        what = reason.describe()
+        what = reason.describe(killed_by_master=child.kill_reason is not None)
         if child.kill_reason:
             what += f" after being stopped: {child.kill_reason}"
         label = f"{child.pool}#{child.slot} (pid {child.pid})"
