@@ -239,6 +239,9 @@ class MetricsServer:
             self._close(conn)
             return
         conn.outgoing = conn.outgoing[sent:]
+        # A client that reads is not idle: a response larger than the socket buffers may take
+        # a while. One that stops reading is cut off after IDLE_TIMEOUT.
+        conn.deadline = time.monotonic() + IDLE_TIMEOUT
         if not conn.outgoing:
             self._close(conn)
 
