@@ -150,7 +150,7 @@ def queue_families(master: MasterView, snapshot: QueueSnapshot | None, now: floa
     age = Family(
         "pgq_queue_stats_age_seconds",
         "gauge",
-        "Seconds since the queue figures above were read from the database.",
+        "Seconds since pgq_queue_jobs and pgq_queue_oldest_ready_age_seconds were read.",
     )
     if snapshot is not None:
         # Configured queues with no rows at all still get their zeros: a series that vanishes

@@ -33,8 +33,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgq.metrics")
 
 STATS_INTERVAL = 5.0
-# Queue figures older than this make /readyz fail: the refresh keeps failing.
-STATS_STALE_AFTER = 3 * STATS_INTERVAL
+# The refresh counts every row of pgq.jobs on the master's loop (about 0.25s for a million
+# rows, most of them dead letters): it may take at most this share of the loop's time.
+STATS_LOOP_SHARE = 0.05
+# Queue figures older than this many refresh intervals make /readyz fail: the refresh keeps
+# failing.
+STATS_STALE_INTERVALS = 3
 MAX_REQUEST = 8192
 IDLE_TIMEOUT = 5.0
 MAX_CONNECTIONS = 32
@@ -97,6 +101,7 @@ class MetricsServer:
         # Counters and histograms of reaped children, per pool: added to the live boards'.
         self.absorbed: dict[str, PoolTotals] = {}
         self.snapshot: QueueSnapshot | None = None
+        self.stats_interval = STATS_INTERVAL
 
     @property
     def address(self) -> tuple[str, int]:
@@ -296,7 +301,10 @@ class MetricsServer:
     def not_ready(self) -> list[str]:
         assert self.master is not None
         return metric_families.readiness(
-            self.master, self.snapshot, time.monotonic(), STATS_STALE_AFTER
+            self.master,
+            self.snapshot,
+            time.monotonic(),
+            STATS_STALE_INTERVALS * self.stats_interval,
         )
 
 
@@ -317,9 +325,15 @@ class QueueStatsRefresh(Service):
         self.server = server
 
     def run_once(self) -> None:
+        started = time.monotonic()
         queues = self.host.db.run("queue stats", maintenance.queue_stats)
-        if queues is not None:
-            self.server.snapshot = QueueSnapshot(queues, time.monotonic())
+        if queues is None:
+            return
+        now = time.monotonic()
+        self.server.snapshot = QueueSnapshot(queues, now)
+        # A big table slows the refresh down instead of the master's loop.
+        self.interval = max(STATS_INTERVAL, (now - started) / STATS_LOOP_SHARE)
+        self.server.stats_interval = self.interval
 
 
 class ConnectionSweep(Service):

@@ -159,7 +159,7 @@ def test_readiness_says_why_not(server: MetricsServer) -> None:
     master.children[102].board.set_state(State.CONNECTING)  # lost its database connection
     assert server.not_ready() == ["pool pdf: 1 of 2 children ready"]
     master.children[102].board.set_state(State.IDLE)
-    server.snapshot = QueueSnapshot([], time.monotonic() - metrics.STATS_STALE_AFTER - 1)
+    server.snapshot = QueueSnapshot([], time.monotonic() - 3 * metrics.STATS_INTERVAL - 1)
     assert server.not_ready() == ["queue stats last read 16s ago"]
     master.db.reachable = False
     assert server.not_ready() == ["database unreachable"]
@@ -167,6 +167,25 @@ def test_readiness_says_why_not(server: MetricsServer) -> None:
     master.db.reachable, master.stopping = True, True
     server.snapshot = QueueSnapshot([], time.monotonic())
     assert server.not_ready() == ["stopping"]
+
+
+def test_a_slow_queue_stats_refresh_runs_less_often(server: MetricsServer) -> None:
+    def slow(what: str, fn: Any) -> list[QueueStats]:
+        time.sleep(0.4)
+        return [QueueStats("pdf", 1, 0, 0, 0, 1.0)]
+
+    host: Any = SimpleNamespace(db=SimpleNamespace(run=slow))
+    refresh = metrics.QueueStatsRefresh(host, server)
+    assert refresh.interval == metrics.STATS_INTERVAL
+    refresh.run_once()
+    assert server.snapshot is not None and server.snapshot.queues[0].queue == "pdf"
+    # 0.4s is 5% of 8s: the master's loop is never held longer than that share.
+    assert 8.0 <= refresh.interval < 9.0
+    assert server.stats_interval == refresh.interval
+    taken = server.snapshot
+    host.db.run = lambda what, fn: None  # the database went away: keep what we had
+    refresh.run_once()
+    assert server.snapshot is taken
 
 
 def test_a_port_in_use_is_a_clear_error() -> None:
