@@ -183,16 +183,22 @@ def run(ctx: Context) -> int:
     except ConfigError as exc:
         print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
         return MasterExit.CONFIG
+    metrics = None
+    if ctx.config.metrics.port is not None:
+        # Bound before anything else starts, so a port in use fails at once, not after the
+        # wait for the database.
+        from .metrics import MetricsError, MetricsServer
+
+        try:
+            metrics = MetricsServer(ctx.config.metrics)
+        except MetricsError as exc:
+            print(f"pgq-supervisor: {exc}", file=sys.stderr)
+            return MasterExit.ERROR
     with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
             for m in migrate(dsn):
                 log.info("applied migration %04d_%s", m.version, m.name)
-        metrics = None
-        if ctx.config.metrics.port is not None:
-            from .metrics import MetricsServer
-
-            metrics = MetricsServer(ctx.config.metrics)
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
 
 

@@ -24,7 +24,7 @@ from . import proctitle
 from .board import State
 from .children import HOSTNAME, Child, Slot, spawn
 from .database import MasterDatabase
-from .exits import ExitReason, MasterExit
+from .exits import ChildExit, ExitReason, MasterExit
 from .services import (
     LeaseRenewal,
     MasterCounters,
@@ -50,6 +50,12 @@ KILL_GRACE = 5.0
 # Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
 BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
+# Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
+# by MemoryWatch when it decides the kill.
+RECYCLE_KINDS: dict[ChildExit | None, str] = {
+    ChildExit.MEMORY_RECYCLE: "soft",
+    ChildExit.MAX_JOBS_RECYCLE: "max_jobs",
+}
 
 
 @dataclass
@@ -165,6 +171,8 @@ class Master:
             Registry(self, 5.0),
             self.requeuer,
         ]
+        if self.metrics is not None:
+            self.services.extend(self.metrics.services(self))
         purger = self.services[2]
         purger.next_due = purger.next_run(time.monotonic())
         if config.history.enabled:
@@ -276,8 +284,9 @@ class Master:
         extra = {"pool": child.pool}
         if reason.clean:
             log.info("%s %s", label, what, extra=extra)
-            if reason.child_exit is not None and reason.child_exit.name.endswith("RECYCLE"):
-                self.counters.recycle(child.pool, reason.metric_label.split("_")[0])
+            recycled = RECYCLE_KINDS.get(reason.child_exit)
+            if recycled is not None:
+                self.counters.recycle(child.pool, recycled)
         else:
             log.error("%s %s", label, what, extra=extra)
             self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool))
