@@ -112,7 +112,10 @@ def retry(
     """Run again after ``delay``, or discard with ``error`` when the attempts are spent."""
     limit = max_attempts if max_attempts is not None else job.max_attempts
     if job.attempts >= limit:
-        return discard(job, f"{error} (attempt {job.attempts} of {limit}: no attempts left)")
+        # rstrip: a traceback ends with a newline, which would put this note on a line of its own.
+        return discard(
+            job, f"{error.rstrip()} (attempt {job.attempts} of {limit}: no attempts left)"
+        )
     return Settlement(job, "available", _seconds(delay), 0, error[:MAX_ERROR_CHARS])
 
 
