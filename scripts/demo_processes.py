@@ -1,0 +1,177 @@
+"""The demo's helper processes (the supervisor, the webhook receiver), tied to the demo's life.
+
+Each runs in a session of its own, so a Ctrl-C on the terminal reaches the demo alone and the
+demo decides the order of the shutdown: drain the supervisor first (its children finish their
+jobs, then it stops its embedded PostgreSQL), then stop the receiver the webhooks go to. Should
+the demo itself die without cleaning up (kill -9), the kernel sends each helper SIGTERM, and the
+supervisor drains and stops its server as on a deploy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A preexec_fn asking the kernel to TERM the new process when `parent` dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arrange() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the demo died before the line above took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
+
+
+class Helper:
+    """A subprocess of the demo, with its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, *, cwd: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+        # Every process seen in the helper's tree, kept as psutil handles: a handle notices when
+        # its pid has been reused by an unrelated process, so cleanup never signals a stranger.
+        self.seen: dict[int, psutil.Process] = {}
+
+    def start(self, env: dict[str, str] | None = None, *, pipe_stdout: bool = False) -> Helper:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if pipe_stdout else log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_die_with(os.getpid()),
+            )
+        with contextlib.suppress(psutil.Error):
+            self.seen[self.proc.pid] = psutil.Process(self.proc.pid)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def read_line(self, timeout: float) -> str:
+        """The next line of the helper's piped stdout; empty if none came in time."""
+        assert self.proc is not None and self.proc.stdout is not None
+        stream: IO[bytes] = self.proc.stdout
+        with selectors.DefaultSelector() as selector:
+            selector.register(stream, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                return ""
+        return stream.readline().decode(errors="replace").strip()
+
+    def children(self) -> list[psutil.Process]:
+        """The helper's descendants now; every pid ever seen is remembered in `seen`."""
+        try:
+            found = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        self.seen.update((p.pid, p) for p in found)
+        return found
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace: float = 5.0) -> int | None:
+        """TERM, and KILL after `grace` seconds; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def stop_supervisor(
+    supervisor: Helper,
+    drain_timeout: float,
+    say: Callable[[str], None],
+    while_waiting: Callable[[], None] | None = None,
+) -> int | None:
+    """Stop the supervisor the way an operator would, and wait for it to exit.
+
+    TERM asks for a graceful drain (children finish their jobs, give the rest back, the embedded
+    server stops). A Ctrl-C while waiting, or a drain past its timeout, sends a second TERM,
+    which the supervisor reads as "stop now"; if even that does not end it, KILL.
+    `while_waiting` runs a few times a second meanwhile."""
+    proc = supervisor.proc
+    if proc is None:
+        return None
+    steps = [
+        (signal.SIGTERM, drain_timeout, "draining the supervisor (Ctrl-C again: stop now)"),
+        (signal.SIGTERM, 30.0, "stopping the supervisor now (Ctrl-C again: kill it)"),
+        (signal.SIGKILL, 10.0, "killing the supervisor"),
+    ]
+    for signum, timeout, doing in steps:
+        if proc.poll() is not None:
+            break
+        supervisor.children()  # remember who must be gone afterwards
+        say(doing)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+        with contextlib.suppress(KeyboardInterrupt):
+            _wait(proc, timeout, while_waiting)
+    if proc.poll() is None:
+        return None
+    _wait_gone([p for pid, p in supervisor.seen.items() if pid != proc.pid], 10.0)
+    return proc.returncode
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], timeout: float, meanwhile: Callable[[], None] | None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if meanwhile is not None:
+            meanwhile()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(0.2)
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+    """Children leave after their master (they check for it, and the kernel signals them)."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
