@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 
 import psycopg
 from demo_jobs import KINDS, QUEUES, plan_jobs
-from demo_processes import Helper, stop_supervisor
+from demo_processes import Helper, signals_held, stop_supervisor
 from demo_report import (
     QUERIES,
     DeadLetter,
@@ -161,15 +161,18 @@ class Demo:
         finally:
             # The last look at the database: an embedded server stops with the supervisor.
             self.final_snapshot()
-            code = self.stop_supervisor(withdraw=not finished)
-            if self.conn is not None:
-                self.conn.close()
-            deliveries = self.sink_counts()
-            if self.sink is not None:
-                self.sink.stop()
-        if failure:
-            write(sys.stderr, f"demo failed: {failure}\n")
-        return self.report(finished, interrupted, code, deliveries, failure)
+            # More Ctrl-C's make the supervisor stop sooner, then do nothing: the rest is quick.
+            code = self.stop_supervisor()
+            with signals_held():
+                if not finished:
+                    self.withdraw()
+                deliveries = self.sink_counts()
+                if self.sink is not None:
+                    self.sink.stop()
+        with signals_held():
+            if failure:
+                write(sys.stderr, f"demo failed: {failure}\n")
+            return self.report(finished, interrupted, code, deliveries, failure)
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -303,6 +306,8 @@ class Demo:
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
     def final_snapshot(self) -> None:
+        """The last look at the database while the supervisor runs (its embedded server stops
+        with it), then the connection is closed."""
         if self.conn is None:
             return
         with contextlib.suppress(psycopg.Error, KeyboardInterrupt):
@@ -310,15 +315,32 @@ class Demo:
                 self.snap = take_snapshot(self.conn, self.ids_by_queue)
                 all_ids = [i for ids in self.ids_by_queue.values() for i in ids]
                 self.dead = dead_letters(self.conn, all_ids, DEAD_LETTERS_SHOWN)
+        self.conn.close()
 
     def withdraw(self) -> None:
-        """Delete the demo's jobs that have not started. Run again while the supervisor drains,
-        since its children give back the jobs they claimed but did not start."""
-        if self.conn is None or self.conn.closed or not self.ids_by_queue:
+        """After stopping early: count what the drain finished, then delete the demo's jobs
+        that never ran, so they do not run at the next start (their webhooks aimed at a receiver
+        long gone). The supervisor has exited, so nothing claims them meanwhile; with the
+        embedded default its server is started again for the purpose."""
+        if not self.ids_by_queue:
             return
         all_ids = [i for ids in self.ids_by_queue.values() for i in ids]
-        with contextlib.suppress(psycopg.Error):
-            self.withdrawn += self.conn.execute(QUERIES["withdraw"], {"ids": all_ids}).rowcount
+        server = None if self.explicit_dsn else EmbeddedPostgres(self.data_dir)
+        try:
+            with signals_held():
+                dsn = self.explicit_dsn or server.start()  # type: ignore[union-attr]
+                try:
+                    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+                        self.snap = take_snapshot(conn, self.ids_by_queue)
+                        self.dead = dead_letters(conn, all_ids, DEAD_LETTERS_SHOWN)
+                        self.withdrawn = conn.execute(
+                            QUERIES["withdraw"], {"ids": all_ids}
+                        ).rowcount
+                finally:
+                    if server is not None and server.launched:
+                        server.stop()
+        except Exception as exc:  # the demo is stopping: say what went wrong, stop the rest
+            self.say(f"could not withdraw the jobs left ({exc}); they run at the next start")
 
     def sink_counts(self) -> tuple[int, int] | None:
         """(deliveries accepted, unique Idempotency-Keys), as the receiver counts them."""
@@ -332,21 +354,17 @@ class Demo:
 
     # -- stopping ----------------------------------------------------------------------------
 
-    def stop_supervisor(self, *, withdraw: bool) -> int | None:
+    def stop_supervisor(self) -> int | None:
         if self.supervisor is None:
             return None
-        if withdraw:
-            self.withdraw()
         drain = self.config.shutdown_timeout + 15
-        code = stop_supervisor(
-            self.supervisor,
-            drain,
-            lambda text: self.say(f"\n{text}"),
-            self.withdraw if withdraw else None,
-        )
+        code = stop_supervisor(self.supervisor, drain, lambda text: self.say(f"\n{text}"))
         log = shown(self.supervisor.log_path)
         if code == 0:
             self.say(f"supervisor exited with code 0 (its log: {log})")
+        elif code == -signal.SIGTERM and self.startup_seconds is None:
+            # Still importing its handlers: nothing started yet, nothing to clean up.
+            self.say("supervisor stopped while it was starting")
         else:
             self.say(f"supervisor exited with code {code}; see {log}")
         if not self.explicit_dsn and not self.server_was_running:

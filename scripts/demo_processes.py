@@ -16,8 +16,7 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -124,17 +123,13 @@ class Helper:
 
 
 def stop_supervisor(
-    supervisor: Helper,
-    drain_timeout: float,
-    say: Callable[[str], None],
-    while_waiting: Callable[[], None] | None = None,
+    supervisor: Helper, drain_timeout: float, say: Callable[[str], None]
 ) -> int | None:
     """Stop the supervisor the way an operator would, and wait for it to exit.
 
     TERM asks for a graceful drain (children finish their jobs, give the rest back, the embedded
     server stops). A Ctrl-C while waiting, or a drain past its timeout, sends a second TERM,
-    which the supervisor reads as "stop now"; if even that does not end it, KILL.
-    `while_waiting` runs a few times a second meanwhile."""
+    which the supervisor reads as "stop now"; if even that does not end it, KILL."""
     proc = supervisor.proc
     if proc is None:
         return None
@@ -144,29 +139,22 @@ def stop_supervisor(
         (signal.SIGKILL, 10.0, "killing the supervisor"),
     ]
     for signum, timeout, doing in steps:
-        if proc.poll() is not None:
-            break
-        supervisor.children()  # remember who must be gone afterwards
-        say(doing)
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-        with contextlib.suppress(KeyboardInterrupt):
-            _wait(proc, timeout, while_waiting)
-    if proc.poll() is None:
-        return None
-    _wait_gone([p for pid, p in supervisor.seen.items() if pid != proc.pid], 10.0)
+        # A Ctrl-C anywhere in a step moves on to the next, harder one.
+        try:
+            if proc.poll() is not None:
+                break
+            supervisor.children()  # remember who must be gone afterwards
+            say(doing)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+            proc.wait(timeout)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            continue
+    with signals_held():
+        if proc.poll() is None:
+            return None
+        _wait_gone([p for pid, p in supervisor.seen.items() if pid != proc.pid], 10.0)
     return proc.returncode
-
-
-def _wait(
-    proc: subprocess.Popen[bytes], timeout: float, meanwhile: Callable[[], None] | None
-) -> None:
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        if meanwhile is not None:
-            meanwhile()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(0.2)
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
@@ -175,3 +163,22 @@ def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, TERM and HUP do nothing inside: the block starts and stops a server, and an
+    exception in the middle of that would leave it running. The demo is stopping anyway.
+    (A handler that does nothing, not SIG_IGN: programs started meanwhile, pg_ctl and the
+    server, would inherit an ignored signal.)"""
+    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, _nothing) for s in stopping}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _nothing(signum: int, frame: object) -> None:
+    pass

@@ -273,7 +273,7 @@ class Summary:
     deliveries: int | None  # accepted by the receiver, retries included
     unique_deliveries: int | None  # distinct Idempotency-Keys among them
     dead_letters: list[DeadLetter]
-    withdrawn: int  # jobs deleted unstarted when the demo stopped early
+    withdrawn: int  # jobs deleted, never run, when the demo stopped early
 
 
 def summary_lines(s: Summary) -> list[str]:
@@ -290,12 +290,8 @@ def summary_lines(s: Summary) -> list[str]:
         f"  {LEGEND}",
         "",
     ]
-    if not s.finished:
-        lines[-1:-1] = [
-            "  (counted before the supervisor drained: the jobs in hand then finished)",
-            f"  Withdrew the {s.withdrawn} jobs that had not started, so that the next run "
-            "starts clean.",
-        ]
+    if s.withdrawn:
+        lines.insert(-1, f"  The {s.withdrawn} jobs left are withdrawn: the next run starts clean.")
     pdfs = s.pdfs
     verdict = (
         "every one a valid PDF"
