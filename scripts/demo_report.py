@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -132,9 +133,12 @@ def dead_letters(conn: psycopg.Connection[Any], ids: list[int], limit: int) -> l
 
 
 def _brief_args(args: dict[str, Any]) -> str:
-    # The scalar arguments say which job it was (account_id=1020); nested payloads do not.
-    text = " ".join(f"{k}={v}" for k, v in args.items() if not isinstance(v, dict | list))
-    return text if len(text) <= 40 else text[:39] + "…"
+    # The scalar arguments say which job it was, ids first (account_id=1020); nested payloads
+    # do not.
+    scalars = [(k, v) for k, v in args.items() if not isinstance(v, dict | list)]
+    scalars.sort(key=lambda item: not item[0].endswith("id"))
+    text = " ".join(f"{k}={v}" for k, v in scalars)
+    return text if len(text) <= 32 else text[:31] + "…"
 
 
 def _last_line(error: str | None) -> str:
@@ -248,7 +252,9 @@ class Progress:
         if not self.tty:
             write(self.stream, one_line(snap, enqueued_at, elapsed) + "\n")
             return
-        lines = [header, *table(snap, enqueued_at, final=False)]
+        # A line wider than the terminal wraps onto two rows, and the redraw would climb too few.
+        width = shutil.get_terminal_size((120, 24)).columns - 1
+        lines = [line[:width] for line in [header, *table(snap, enqueued_at, final=False)]]
         # Up to the first line of the previous block (ESC[nF), clear to the end (ESC[J).
         redraw = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""
         write(self.stream, redraw + "\n".join(lines) + "\n")
