@@ -21,22 +21,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
 import socket
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 import psycopg
-from demo_jobs import KINDS, QUEUES, plan_jobs
-from demo_processes import Helper, signals_held, stop_supervisor
+from demo_jobs import QUEUES, config_problems, parse_args, plan_jobs
+from demo_processes import Helper, Sink, signals_held, stop_supervisor
 from demo_report import (
     QUERIES,
     DeadLetter,
@@ -71,43 +69,9 @@ class DemoError(Exception):
     """Something went wrong that the user should read; the demo stops with exit code 1."""
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python scripts/demo.py", description=__doc__.split("\n\n")[2]
-    )
-    parser.add_argument("--invoices", type=_count, default=300, help="PDFs to render (300)")
-    parser.add_argument("--webhooks", type=_count, default=150, help="webhooks to deliver (150)")
-    parser.add_argument("--syncs", type=_count, default=60, help="account syncs to run (60)")
-    parser.add_argument("--out", help="where the PDFs go (out/invoices in the repository)")
-    parser.add_argument("--config", help="the supervisor's YAML (config/queues.yaml)")
-    parser.add_argument("--dsn", help="a PostgreSQL to use instead of the embedded one (PGQ_DSN)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="give up after (300 s)")
-    parser.add_argument("--log-dir", help="supervisor and receiver logs (out/demo)")
-    parser.add_argument("--json", help="also write the summary to this file, for scripts")
-    return parser.parse_args(argv)
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 100000, got {value}")
-    return value
-
-
 def shown(path: Path) -> str:
     """A path as the user reads it: relative to the repository root when inside it."""
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
-def config_problems(config: Config) -> list[str]:
-    """The demo reads completions from the history and needs every queue it uses served."""
-    problems = []
-    if not config.history.enabled:
-        problems.append("history.enabled must be true: the demo counts completions there")
-    problems += [f"handlers: no handler for {k}" for k in KINDS if k not in config.handlers]
-    served = {q for pool in config.pools.values() for q in pool.queues}
-    problems += [f"pools: no pool serves queue {q!r}" for q in QUEUES if q not in served]
-    return [f"{config.path}: {p}" for p in problems]
 
 
 def _interrupt(signum: int, frame: object) -> NoReturn:
@@ -128,8 +92,7 @@ class Demo:
         self.explicit_dsn = args.dsn or os.environ.get("PGQ_DSN") or config.database.dsn
         self.data_dir = ROOT / config.database.embedded_dir
         self.server_was_running = False
-        self.sink: Helper | None = None
-        self.sink_url = ""
+        self.sink: Sink | None = None
         self.supervisor: Helper | None = None
         self.conn: psycopg.Connection[Any] | None = None
         self.ids_by_queue: dict[str, list[int]] = {}
@@ -166,7 +129,7 @@ class Demo:
             with signals_held():
                 if not finished:
                     self.withdraw()
-                deliveries = self.sink_counts()
+                deliveries = self.sink.counts() if self.sink is not None else None
                 if self.sink is not None:
                     self.sink.stop()
         with signals_held():
@@ -177,16 +140,11 @@ class Demo:
     # -- starting ----------------------------------------------------------------------------
 
     def start_sink(self) -> None:
-        argv = [sys.executable, "-u", "-m", "examples.sink", "--port", "0"]
-        argv += ["--fail-rate", str(SINK_FAIL_RATE), "--seed", "5"]
-        self.sink = Helper("webhook receiver", argv, self.paths.logs / "sink.log", cwd=ROOT)
-        self.sink.start(pipe_stdout=True)
-        line = self.sink.read_line(timeout=15)
-        if "listening on " not in line:
+        self.sink = Sink(SINK_FAIL_RATE, self.paths.logs / "sink.log", cwd=ROOT)
+        if not self.sink.start_listening():
             raise DemoError(f"the webhook receiver did not start:\n{self.sink.log_tail()}")
-        self.sink_url = line.split("listening on ", 1)[1].split()[0]
         self.say(
-            f"webhook receiver  {self.sink_url} (pid {self.sink.pid}); it answers 503 "
+            f"webhook receiver  {self.sink.url} (pid {self.sink.pid}); it answers 503 "
             f"'come back in 1 s' to {SINK_FAIL_RATE:.0%} of requests"
         )
 
@@ -234,7 +192,7 @@ class Demo:
                 time.sleep(0.1)
 
     def enqueue(self) -> None:
-        assert self.conn is not None
+        assert self.conn is not None and self.sink is not None
         queues = {"queues": list(QUEUES)}
         waiting = self.conn.execute(QUERIES["waiting_elsewhere"], queues).fetchone()
         if waiting and waiting[0]:
@@ -249,7 +207,7 @@ class Demo:
             args.webhooks,
             args.syncs,
             out_dir=shown(self.paths.out),
-            sink_url=self.sink_url,
+            sink_url=self.sink.url,
         )
         began = time.monotonic()
         with self.conn.transaction():
@@ -272,7 +230,7 @@ class Demo:
 
     def watch(self) -> bool:
         """Show progress about once a second until nothing is left; False on timeout."""
-        assert self.conn is not None and self.supervisor is not None
+        assert self.conn is not None and self.supervisor is not None and self.sink is not None
         assert self.enqueued_at is not None
         progress = Progress(sys.stdout)
         deadline = time.monotonic() + self.args.timeout
@@ -285,7 +243,7 @@ class Demo:
                 f"  {tick - self.started:5.1f}s  supervisor pid {self.supervisor.pid} with "
                 f"{children} children · PDFs written {pdfs}/{len(self.invoice_ids)}"
             )
-            received = self.sink_counts()
+            received = self.sink.counts()
             if received:
                 header += f" · webhooks received {received[0]} ({received[1]} unique)"
             progress.show(header, self.snap, self.enqueued_at, tick - self.started)
@@ -341,16 +299,6 @@ class Demo:
                         server.stop()
         except Exception as exc:  # the demo is stopping: say what went wrong, stop the rest
             self.say(f"could not withdraw the jobs left ({exc}); they run at the next start")
-
-    def sink_counts(self) -> tuple[int, int] | None:
-        """(deliveries accepted, unique Idempotency-Keys), as the receiver counts them."""
-        if self.sink is None or not self.sink.running():
-            return None
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            with urllib.request.urlopen(self.sink_url, timeout=2) as answer:
-                counts = json.load(answer)
-            return int(counts["deliveries"]), int(counts["unique"])
-        return None
 
     # -- stopping ----------------------------------------------------------------------------
 
@@ -432,7 +380,7 @@ class Demo:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, description=__doc__.split("\n\n")[2])
     here = Path.cwd()
     config_path = (here / args.config if args.config else ROOT / "config/queues.yaml").resolve()
     paths = Paths(

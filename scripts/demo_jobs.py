@@ -1,14 +1,17 @@
-"""The jobs the demo enqueues: invoices to render, webhooks to deliver, accounts to sync.
+"""What the demo does: its options, the jobs it enqueues (invoices to render, webhooks to
+deliver, accounts to sync) and what it needs of the supervisor's config.
 
 The same jobs every run (a seeded generator), so two runs can be compared.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 
 from examples.flaky import POISONED_EVERY as UPSTREAM_POISONED
 from supervisor import NewJob
+from supervisor.config import Config
 
 # The queues and kinds below; the supervisor's config must route and handle all of them.
 QUEUES = ("pdf", "reports", "webhooks", "sync")
@@ -73,3 +76,51 @@ def plan_jobs(
         sync = {"account_id": account, "fail_rate": SYNC_FAIL_RATE}
         jobs.append(NewJob("sync_account", sync, "sync"))
     return jobs
+
+
+def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python scripts/demo.py", description=description)
+    parser.add_argument(
+        "--invoices", type=_count, default=300, metavar="N", help="PDFs to render (300)"
+    )
+    parser.add_argument(
+        "--webhooks", type=_count, default=150, metavar="N", help="webhooks to deliver (150)"
+    )
+    parser.add_argument(
+        "--syncs", type=_count, default=60, metavar="N", help="account syncs to run (60)"
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="where the PDFs go (out/invoices in the repository)"
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="the supervisor's YAML (config/queues.yaml)"
+    )
+    parser.add_argument(
+        "--dsn", help="a PostgreSQL instead of the embedded one (better: PGQ_DSN, not seen in ps)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SECONDS", help="give up after (300 s)"
+    )
+    parser.add_argument("--log-dir", metavar="DIR", help="supervisor and receiver logs (out/demo)")
+    parser.add_argument(
+        "--json", metavar="FILE", help="also write the summary to this file, for scripts"
+    )
+    return parser.parse_args(argv)
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 100000, got {value}")
+    return value
+
+
+def config_problems(config: Config) -> list[str]:
+    """The demo reads completions from the history and needs every queue it uses served."""
+    problems = []
+    if not config.history.enabled:
+        problems.append("history.enabled must be true: the demo counts completions there")
+    problems += [f"handlers: no handler for {k}" for k in KINDS if k not in config.handlers]
+    served = {q for pool in config.pools.values() for q in pool.queues}
+    problems += [f"pools: no pool serves queue {q!r}" for q in QUEUES if q not in served]
+    return [f"{config.path}: {p}" for p in problems]

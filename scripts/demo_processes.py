@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import selectors
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -120,6 +122,35 @@ class Helper:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         return self.proc.returncode
+
+
+class Sink(Helper):
+    """The webhook receiver, `python -m examples.sink`, on a free port."""
+
+    def __init__(self, fail_rate: float, log_path: Path, *, cwd: Path) -> None:
+        argv = [sys.executable, "-u", "-m", "examples.sink", "--port", "0"]
+        argv += ["--fail-rate", str(fail_rate), "--seed", "5"]
+        super().__init__("webhook receiver", argv, log_path, cwd=cwd)
+        self.url = ""
+
+    def start_listening(self, timeout: float = 15.0) -> bool:
+        """Start it and read its URL from the line it prints; False if it did not come up."""
+        self.start(pipe_stdout=True)
+        line = self.read_line(timeout)
+        if "listening on " not in line:
+            return False
+        self.url = line.split("listening on ", 1)[1].split()[0]
+        return True
+
+    def counts(self) -> tuple[int, int] | None:
+        """(deliveries accepted, unique Idempotency-Keys), as the receiver counts them."""
+        if not self.running():
+            return None
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            with urllib.request.urlopen(self.url, timeout=2) as answer:
+                counts = json.load(answer)
+            return int(counts["deliveries"]), int(counts["unique"])
+        return None
 
 
 def stop_supervisor(
