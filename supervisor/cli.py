@@ -162,8 +162,13 @@ def check(ctx: Context) -> int:
 def migrate_verb(ctx: Context) -> int:
     from .migrations import migrate
 
-    with database(ctx, start_embedded=True) as dsn:
+    applied = None
+    # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
+    # of leaving the server we started running.
+    with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
         applied = migrate(dsn)
+    if applied is None:
+        return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if applied:
         for m in applied:
             print(f"applied {m.version:04d}_{m.name}")
