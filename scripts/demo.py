@@ -201,12 +201,11 @@ class Demo:
                 "the supervisor runs them too, and they are not counted below"
             )
         args = self.args
-        # Relative to ROOT, where the workers run.
         jobs = plan_jobs(
             args.invoices,
             args.webhooks,
             args.syncs,
-            out_dir=shown(self.paths.out),
+            out_dir=shown(self.paths.out),  # relative to ROOT, where the workers run
             sink_url=self.sink.url,
         )
         began = time.monotonic()
