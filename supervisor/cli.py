@@ -161,8 +161,13 @@ def check(ctx: Context) -> int:
 def migrate_verb(ctx: Context) -> int:
     from .migrations import migrate
 
-    with database(ctx, start_embedded=True) as dsn:
+    applied = None
+    # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
+    # of leaving the server we started running.
+    with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
         applied = migrate(dsn)
+    if applied is None:
+        return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if applied:
         for m in applied:
             print(f"applied {m.version:04d}_{m.name}")
@@ -206,13 +211,21 @@ class StartupInterrupted(Exception):
     pass
 
 
+# While not None, TERM/INT during start-up are recorded here instead of raising at once.
+_held_signals: list[str] | None = None
+
+
 @contextlib.contextmanager
 def stoppable_startup() -> Iterator[None]:
     """Before the master's loop owns the signals, TERM/INT during start-up (waiting for the
     database, say) stops cleanly, stopping an embedded server we started."""
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise StartupInterrupted(signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if _held_signals is not None:
+            _held_signals.append(name)
+            return
+        raise StartupInterrupted(name)
 
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -223,6 +236,19 @@ def stoppable_startup() -> Iterator[None]:
         for s, handler in previous.items():
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[str]]:
+    """Hold TERM/INT back until the block is done. An exception raised by the handler while
+    pg_ctl is starting the server would kill pg_ctl but not the postmaster it launched, which
+    runs in a session of its own: nobody would ever stop it."""
+    global _held_signals
+    _held_signals = []
+    try:
+        yield _held_signals
+    finally:
+        _held_signals = None
 
 
 @contextlib.contextmanager
@@ -243,8 +269,11 @@ def database(ctx: Context, *, start_embedded: bool) -> Iterator[str]:
         "no database configured: starting an embedded PostgreSQL in %s",
         ctx.config.database.embedded_dir,
     )
-    dsn = server.start()
+    with signals_held() as held:
+        dsn = server.start()
     try:
+        if held:
+            raise StartupInterrupted(held[0])
         yield dsn
     finally:
         log.info("stopping the embedded PostgreSQL")
