@@ -104,8 +104,9 @@ def _pgbench_candidates(server_major: int | None) -> list[str]:
     found.extend(
         sorted(
             glob.glob("/usr/lib/postgresql/*/bin/pgbench"),
-            key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit()
-            else 0,
+            key=lambda p: (
+                int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+            ),
             reverse=True,
         )
     )
@@ -187,7 +188,9 @@ def limit(
         target, env = _pgbench_target(db)
         with tempfile.TemporaryDirectory(prefix="pgq-limit-") as tmp:
             script = Path(tmp) / f"claim_complete_b{batch}.sql"
-            script.write_text(pgbench_script(batch, history=history, protocol=protocol), encoding="utf-8")
+            script.write_text(
+                pgbench_script(batch, history=history, protocol=protocol), encoding="utf-8"
+            )
             done = subprocess.run(
                 [
                     binary,
