@@ -12,6 +12,17 @@ statement's fifth run.
 The table is pre-filled with ``jobs`` due no-op jobs in our schema (our migrations), and every
 client runs a fixed number of transactions (``-t``) sized so the table is never exhausted: every
 claim finds a full batch. jobs/s = pgbench's tps (without connection time) x batch.
+
+Compare it only with drains of the same number of jobs. Every job consumed leaves a dead entry
+at the head of the claim index until VACUUM removes it, and each claim walks over those
+entries, so a run's rate falls with the jobs it has consumed: measured here, 200,000 jobs
+drain at about half the rate of 20,000 (at batch 100, 13-34k against 34-62k jobs/s).
+
+Prepared against simple: under ``-M prepared`` PostgreSQL switches ``complete`` to a generic
+plan after five runs, and that plan joins the claimed ids against every running job with a
+join filter (O(running x batch)) instead of hashing them: 7.9 ms against 0.3 ms for one
+batch of 100 with 200 jobs running. psycopg prepares a statement after its fifth run too, so
+``prepared`` is the rate our workers would see, and ``simple`` what the SQL allows.
 """
 
 from __future__ import annotations

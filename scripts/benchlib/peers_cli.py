@@ -30,11 +30,6 @@ from benchlib.common import median
 Run = dict[str, Any]
 
 
-def _limit_jobs(jobs: int, batch: int) -> int:
-    """Enough rows for a few seconds of pgbench at this batch size, and never fewer than jobs."""
-    return max(jobs, min(10_000 * batch, 200_000))
-
-
 def _scenarios(args: argparse.Namespace, batch: int) -> list[tuple[str, Callable[[], Run]]]:
     dsn, procs = args.dsn, args.processes
     found: list[tuple[str, Callable[[], Run]]] = [
@@ -49,7 +44,7 @@ def _scenarios(args: argparse.Namespace, batch: int) -> list[tuple[str, Callable
             (
                 f"limit ({protocol})",
                 lambda protocol=protocol: limit_mod.limit(
-                    dsn, _limit_jobs(args.jobs, batch), batch, args.clients, protocol=protocol
+                    dsn, args.limit_jobs, batch, args.clients, protocol=protocol
                 ),
             )
         )
@@ -170,6 +165,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="jobs per Procrastinate drain (default: jobs, at most 5000; it runs ~700 jobs/s)",
     )
+    parser.add_argument(
+        "--limit-jobs",
+        type=int,
+        default=None,
+        help="jobs pre-filled for the limit (default: jobs; see limit.py on why it must match)",
+    )
     parser.add_argument("--batch", default="10", help="batch size, or a comma-separated list")
     parser.add_argument("--processes", type=int, default=2, help="worker processes per peer")
     parser.add_argument("--clients", type=int, default=2, help="pgbench clients for the limit")
@@ -183,6 +184,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.batches = [int(b) for b in args.batch.split(",")]
     args.limit_protocols = [p.strip() for p in args.limit_protocol.split(",") if p.strip()]
+    if args.limit_jobs is None:
+        args.limit_jobs = args.jobs
     if args.procrastinate_jobs is None:
         args.procrastinate_jobs = min(args.jobs, 5000)
     return args
