@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -96,12 +97,12 @@ def settings(batch: int) -> dict[str, Any]:
     }
 
 
-# -- the worker process side: imported by `pgq run` in each worker ------------------------------
+# -- the worker process side: `python -m benchlib.peers_pgqueuer` in each worker ---------------
 
 
 @asynccontextmanager
 async def worker_factory() -> AsyncIterator[QueueManager]:
-    """The factory `pgq run` calls in each worker process."""
+    """The factory ``pgqueuer.run`` calls in each worker process (as ``pgq run`` would)."""
     dsn = os.environ[DSN_ENV]
     conn = await asyncpg.connect(dsn)
     side = await asyncpg.connect(dsn) if os.environ.get(RECORD_START_ENV) else None
@@ -156,8 +157,6 @@ def worker_main(argv: list[str] | None = None) -> None:
 
 def install(dsn: str) -> None:
     """`pgq install` into the database (its own CLI, DSN passed through the environment)."""
-    import subprocess
-
     env = dict(os.environ, PGDSN=as_uri(dsn))
     done = subprocess.run(
         [sys.executable, "-m", "pgqueuer", "install"],

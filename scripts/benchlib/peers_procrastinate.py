@@ -42,6 +42,7 @@ import psycopg
 
 from .common import (
     DSN_ENV,
+    SCRIPTS_DIR,
     STARTED_COUNT,
     claim_latencies,
     connect,
@@ -165,8 +166,6 @@ def _worker_argv(batch: int) -> list[str]:
 
 def install(dsn: str) -> None:
     """`procrastinate schema --apply` into the database (its own CLI)."""
-    from .common import SCRIPTS_DIR
-
     env = dict(os.environ)
     env[DSN_ENV] = dsn
     env["PYTHONPATH"] = os.pathsep.join(
