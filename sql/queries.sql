@@ -105,14 +105,16 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max
           j.lease_id, j.lease_until, j.created_at;
 
 -- name: complete
--- Deletes successfully finished jobs, fenced on (id, lease_id) while still running; returns the
--- ids that were still ours. With %(history)s, writes a compact history row in the same statement.
+-- Deletes successfully finished jobs, fenced on (id, lease_id); returns the ids that were still
+-- ours. With %(history)s, writes a compact history row in the same statement. Only running jobs
+-- have a lease_id (a table constraint), and the plan must look each id up by primary key: psycopg
+-- prepares statements it runs often, and a generic plan for "state = 'running'" would scan every
+-- running job for every id.
 WITH done AS (
     DELETE FROM pgq.jobs AS j
     USING unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
     WHERE j.id = f.id
       AND j.lease_id = f.lease_id
-      AND j.state = 'running'
     RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at
 ),
 recorded AS (
@@ -129,7 +131,8 @@ SELECT id FROM done;
 -- available after a delay (retry, snooze), back to available at its old run_at (release), or
 -- discarded with its reason (the dead-letter queue). %(refunds)s gives an attempt back (snooze,
 -- release); a null delay keeps run_at; a null error keeps the previous one. Returns the ids that
--- were still ours. With %(history)s, discards also write a history row.
+-- were still ours. With %(history)s, discards also write a history row. Fenced by lease_id alone,
+-- like complete, so the plan looks jobs up by primary key.
 WITH settled AS (
     UPDATE pgq.jobs AS j
     SET state = o.state,
@@ -153,7 +156,6 @@ WITH settled AS (
     ) AS o(id, lease_id, state, delay, refund, error)
     WHERE j.id = o.id
       AND j.lease_id = o.lease_id
-      AND j.state = 'running'
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
               j.finished_at
 ),
@@ -168,13 +170,13 @@ recorded AS (
 SELECT id FROM settled;
 
 -- name: renew_leases
--- Extends the leases of claimed jobs, fenced on (id, lease_id); returns the ids still held.
+-- Extends the leases of claimed jobs, fenced on (id, lease_id) alone
+-- (see complete); returns the ids still held.
 UPDATE pgq.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease_seconds)s::float8)
 FROM unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
 WHERE j.id = f.id
   AND j.lease_id = f.lease_id
-  AND j.state = 'running'
 RETURNING j.id;
 
 -- name: renew_worker_leases
