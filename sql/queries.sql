@@ -199,8 +199,10 @@ SELECT EXISTS (
 );
 
 -- name: requeue_worker
--- Gives back every job held by a worker that is known to be gone (its process exited). The
--- attempt stays spent, since the job may be what killed it; a job out of attempts is discarded.
+-- Gives back every job held by a worker that is known to be gone (its process exited). A job
+-- in %(spent)s was running when the worker died: its attempt stays spent, since it may be what
+-- killed the worker, and it is discarded when out of attempts. The worker's other jobs were
+-- claimed but not started (or finished but not yet recorded): they get their attempt back.
 -- %(policy_kinds)s / %(policy_max_attempts)s carry the operator's per-kind max_attempts, which
 -- win over the row's own.
 WITH target AS (
@@ -211,9 +213,15 @@ WITH target AS (
     FOR UPDATE
 ),
 decided AS (
-    SELECT j.id, j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
+    SELECT j.id,
+           s.spent,
+           s.spent AND j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
     FROM pgq.jobs AS j
     JOIN target USING (id)
+    -- A null %(spent)s: nobody knows which jobs were running, so every attempt counts.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(j.id = ANY(%(spent)s::bigint[]), true) AS spent
+    ) AS s
     LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
         AS p(kind, max_attempts) ON p.kind = j.kind
 ),
@@ -221,7 +229,8 @@ moved AS (
     UPDATE pgq.jobs AS j
     SET state = CASE WHEN d.exhausted THEN 'discarded' ELSE 'available' END,
         run_at = now(),
-        last_error = %(reason)s,
+        attempts = CASE WHEN d.spent THEN j.attempts ELSE j.attempts - 1 END,
+        last_error = CASE WHEN d.spent THEN %(reason)s ELSE j.last_error END,
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,

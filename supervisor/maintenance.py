@@ -44,14 +44,24 @@ def requeue_worker(
     worker: str,
     reason: str,
     *,
+    spent: Sequence[int] | None = None,
     max_attempts: Mapping[str, int] | None = None,
     history: bool = False,
 ) -> list[Moved]:
-    """Give back every job held by ``worker``, which is known to be gone; the attempt counts."""
-    rows = conn.execute(
-        query("requeue_worker"),
-        {"worker": worker, "reason": reason, "history": history, **_policy_params(max_attempts)},
-    ).fetchall()
+    """Give back every job held by ``worker``, which is known to be gone.
+
+    Jobs in ``spent`` were running when it died and keep their attempt spent (one of them may be
+    what killed it); ``None`` means every job counts, when nobody knows which were running.
+    The others were only claimed and get their attempt back.
+    """
+    params = {
+        "worker": worker,
+        "reason": reason,
+        "history": history,
+        "spent": list(spent) if spent is not None else None,
+        **_policy_params(max_attempts),
+    }
+    rows = conn.execute(query("requeue_worker"), params).fetchall()
     return [Moved(*row) for row in rows]
 
 

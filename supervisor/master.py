@@ -289,7 +289,10 @@ class Master:
                 self.counters.recycle(child.pool, recycled)
         else:
             log.error("%s %s", label, what, extra=extra)
-            self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool))
+            running = [job.job_id for job in child.board.running_jobs()]
+            self.requeuer.add(
+                PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool, running)
+            )
         if self.metrics is not None:
             self.metrics.absorb(child)
         slot = self.slot_of(child)

@@ -182,3 +182,20 @@ def test_replay_skips_a_dead_letter_whose_unique_key_is_held_again(
     assert sorted(result.held) == sorted([(older, "sync:1"), (held, "sync:2")])
     states = dict(conn.execute("SELECT id, state FROM pgq.jobs").fetchall())
     assert states[older] == "discarded" and states[held] == "discarded"
+
+
+def test_requeue_counts_the_attempt_only_of_the_job_that_was_running(
+    conn: psycopg.Connection[Any],
+) -> None:
+    ids = enqueue_many(conn, [NewJob("k", {"n": n}, max_attempts=1) for n in range(3)])
+    running, *claimed = claim(conn, "default", worker="dead", limit=3)
+    moved = {j.id: j for j in m.requeue_worker(conn, "dead", "killed", spent=[running.id])}
+    assert sorted(moved) == sorted(ids)
+    assert moved[running.id].state == "discarded"  # out of attempts: it may be the killer
+    rows = {
+        i: (s, a, e)
+        for i, s, a, e in conn.execute("SELECT id, state, attempts, last_error FROM pgq.jobs")
+    }
+    assert rows[running.id] == ("discarded", 1, "killed")
+    for job in claimed:  # only claimed: the attempt comes back, no error is pinned on them
+        assert rows[job.id] == ("available", 0, None)

@@ -137,7 +137,7 @@ def test_master_session_survives_children_starting_and_dying(
     )
     assert master_backend() == [(backend,)]
     # The session still works: it just requeued a job for the crashed child.
-    assert "discarded (no attempts left)" in sup.log()
+    assert "discarded after attempt 1 (no attempts left)" in sup.log()
     assert sup.stop() == 0
 
 
