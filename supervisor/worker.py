@@ -444,9 +444,10 @@ class Worker:
             self.in_hand = None
             self.results.add(job, settlement)
             self.jobs_run += 1
-            if self.results.due():
+            # Outcomes that have waited long enough are written before the next job; after the
+            # batch's last job they travel with the next claim, which follows at once.
+            if self.unstarted and self.results.due():
                 self._write_results()
-        # The batch's last outcomes travel with the next claim, which follows at once.
 
     def _release_unstarted(self) -> None:
         for job in self.unstarted:
