@@ -300,3 +300,39 @@ def _rescue_times(log: str) -> list[float]:
             stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
             times.append(stamp.timestamp())
     return times
+
+
+def test_a_threaded_pool_runs_io_jobs_side_by_side_and_drains_cleanly(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    ids = _enqueue(ledger, [NewJob("sleep", {"seconds": 0.5}) for _ in range(40)])
+    sup = supervisor("""
+        handlers: {sleep: tests.handlers:sleep}
+        pools:
+          hooks: {processes: 1, threads: 8, batch: 8, queues: {default: 1}}
+    """).start()
+    # Eight handler threads in one child: eight jobs in flight at once.
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'running'") == 8,
+        timeout=20,
+        what="eight jobs in flight",
+    )
+    (pids,) = query(ledger, "SELECT count(DISTINCT pid) FROM test_ledger")
+    assert pids == (1,)
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM test_ledger WHERE event = 'finished'") >= 8,
+        timeout=20,
+        what="a first round",
+    )
+    sup.send(signal.SIGTERM)
+    assert sup.wait(30) == 0
+    started = {
+        j for (j,) in query(ledger, "SELECT job_id FROM test_ledger WHERE event = 'started'")
+    }
+    finished = {
+        j for (j,) in query(ledger, "SELECT job_id FROM test_ledger WHERE event = 'finished'")
+    }
+    assert started == finished  # every job in flight finished
+    rows = query(ledger, "SELECT id, state, attempts FROM pgq.jobs")
+    assert {(s, a) for _, s, a in rows} <= {("available", 0)}  # the rest given back, unspent
+    assert sorted([r[0] for r in rows] + sorted(finished)) == sorted(ids)
