@@ -469,11 +469,16 @@ FROM pgq.supervisors
 ORDER BY host, started_at;
 
 -- name: list_workers
--- Children of live supervisors, for status.
-SELECT supervisor_id, worker_id, pool, slot, pid, state, job_id, kind, job_started,
-       extract(epoch FROM now() - job_started)::float8 AS job_age, spawned_at
-FROM pgq.workers
-ORDER BY supervisor_id, pool, slot;
+-- Children of live supervisors, for status. Rows are a snapshot taken at the supervisor's last
+-- heartbeat, so a job's age is measured to that moment: a fast job seen in a 5-second-old
+-- snapshot ran for milliseconds, not for 5 seconds.
+SELECT w.supervisor_id, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
+       w.job_started,
+       greatest(0, extract(epoch FROM s.heartbeat_at - w.job_started))::float8 AS job_age,
+       w.spawned_at
+FROM pgq.workers AS w
+JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
+ORDER BY w.supervisor_id, w.pool, w.slot;
 
 -- name: history_throughput
 -- Jobs finished per queue and outcome over the last %(seconds)s seconds (history kept only).
