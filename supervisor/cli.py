@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     fn = VERBS[name][0]
     try:
         return fn(Context(args, config))
+    except ConfigError as exc:  # a handler that does not import, say
+        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
+        return MasterExit.CONFIG
     except UsageError as exc:
         print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
         return MasterExit.CONFIG
@@ -141,14 +144,9 @@ def main(argv: list[str] | None = None) -> int:
 
 @verb("check", "validate the config and import every handler; exit 0 or 2")
 def check(ctx: Context) -> int:
-    from .config import ConfigError
     from .handlers import load_handlers
 
-    try:
-        handlers = load_handlers(ctx.config)
-    except ConfigError as exc:
-        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
-        return MasterExit.CONFIG
+    handlers = load_handlers(ctx.config)
     pools = ctx.config.pools
     print(
         f"{ctx.config.path}: OK: {len(pools)} pools, "
@@ -178,16 +176,11 @@ def migrate_verb(ctx: Context) -> int:
 
 @verb("run", "run the supervisor in the foreground (the default verb)")
 def run(ctx: Context) -> int:
-    from .config import ConfigError
     from .handlers import load_handlers
     from .master import Master
     from .migrations import migrate
 
-    try:
-        handlers = load_handlers(ctx.config)
-    except ConfigError as exc:
-        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
-        return MasterExit.CONFIG
+    handlers = load_handlers(ctx.config)  # before anything connects or forks
     metrics = None
     if ctx.config.metrics.port is not None:
         # Bound before anything else starts, so a port in use fails at once, not after the

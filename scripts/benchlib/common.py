@@ -205,6 +205,28 @@ def pickup_latencies(conn: psycopg.Connection[Any], warmup: Sequence[int]) -> li
     return [row[0] for row in conn.execute(PICKUP_LATENCIES, {"warmup": list(warmup)})]
 
 
+def measure_pickup(
+    conn: psycopg.Connection[Any],
+    enqueue_paced: Callable[[int], list[int]],
+    *,
+    warmup: int,
+    jobs: int,
+    wait: Callable[[Callable[[], bool], str], None],
+) -> tuple[list[int], list[float]]:
+    """The pick-up measurement every system shares: `warmup` paced jobs to wake every worker,
+    its connections and plans, then `jobs` measured ones; waits until each batch has started.
+    Returns the warm-up ids (left out of every figure) and the measured latencies."""
+
+    def all_started(ids: list[int]) -> bool:
+        return conn.execute(STARTED_COUNT, (ids,)).fetchone()[0] == len(ids)  # type: ignore[index]
+
+    warm = enqueue_paced(warmup)
+    wait(lambda: all_started(warm), "warm-up jobs")
+    measured = enqueue_paced(jobs)
+    wait(lambda: all_started(measured), "measured jobs")
+    return warm, pickup_latencies(conn, warm)
+
+
 def claim_latencies(
     conn: psycopg.Connection[Any], query: str, warmup: Sequence[int]
 ) -> list[float]:

@@ -29,8 +29,8 @@ from benchlib.common import (
     fresh_database,
     install_enqueue_marker,
     latency_summary_ms,
+    measure_pickup,
     paced,
-    pickup_latencies,
     rate,
     wait_until,
 )
@@ -45,7 +45,6 @@ SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))::float8
 FROM pgq.job_history
 WHERE outcome = 'completed'
 """
-STARTED_COUNT = "SELECT count(DISTINCT job_id) FROM bench_started WHERE job_id = ANY(%s::bigint[])"
 
 
 def config_text(
@@ -263,24 +262,13 @@ def pickup(
             )
             time.sleep(0.5)  # let them settle into their idle wait
 
-            def enqueue_paced(count: int) -> list[int]:
-                return [enqueue(conn, "record_start") for _ in paced(count, interval)]
-
-            warm = enqueue_paced(warmup)
-            _wait(
-                lambda: conn.execute(STARTED_COUNT, (warm,)).fetchone()[0] == len(warm),
-                sup,
-                timeout,
-                "warm-up jobs",
+            _, latencies = measure_pickup(
+                conn,
+                lambda count: [enqueue(conn, "record_start") for _ in paced(count, interval)],
+                warmup=warmup,
+                jobs=jobs,
+                wait=lambda ok, what: _wait(ok, sup, timeout, what),
             )
-            measured = enqueue_paced(jobs)
-            _wait(
-                lambda: conn.execute(STARTED_COUNT, (measured,)).fetchone()[0] == len(measured),
-                sup,
-                timeout,
-                "measured jobs",
-            )
-            latencies = pickup_latencies(conn, warm)
     return {
         "system": "pgq-supervisor",
         "scenario": "pickup",

@@ -43,7 +43,6 @@ from .common import (
     DSN_ENV,
     MARK_READY_ASYNCPG,
     MARK_STARTED_ASYNCPG,
-    STARTED_COUNT,
     as_uri,
     claim_latencies,
     connect,
@@ -52,7 +51,7 @@ from .common import (
     fresh_database,
     install_enqueue_marker,
     latency_summary_ms,
-    pickup_latencies,
+    measure_pickup,
     rate,
     ready_spread,
     wait_until,
@@ -273,21 +272,15 @@ def pickup(
                 what="PgQueuer workers to start",
                 workers=w,
             )
-            warm = asyncio.run(_enqueue_paced(uri, warmup, interval))
-            wait_until(
-                lambda: conn.execute(STARTED_COUNT, (warm,)).fetchone()[0] == len(warm),  # type: ignore[index]
-                timeout=timeout,
-                what="PgQueuer warm-up jobs",
-                workers=w,
+            warm, latencies = measure_pickup(
+                conn,
+                lambda count: asyncio.run(_enqueue_paced(uri, count, interval)),
+                warmup=warmup,
+                jobs=jobs,
+                wait=lambda ok, what: wait_until(
+                    ok, timeout=timeout, what=f"PgQueuer {what}", workers=w
+                ),
             )
-            measured = asyncio.run(_enqueue_paced(uri, jobs, interval))
-            wait_until(
-                lambda: conn.execute(STARTED_COUNT, (measured,)).fetchone()[0] == len(measured),  # type: ignore[index]
-                timeout=timeout,
-                what="PgQueuer measured jobs",
-                workers=w,
-            )
-            latencies = pickup_latencies(conn, warm)
             claims = claim_latencies(conn, CLAIM_LATENCIES, warm)
     return {
         "system": "pgqueuer",

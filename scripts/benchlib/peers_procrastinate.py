@@ -43,7 +43,6 @@ import psycopg
 from .common import (
     DSN_ENV,
     SCRIPTS_DIR,
-    STARTED_COUNT,
     claim_latencies,
     connect,
     create_side_tables,
@@ -51,8 +50,8 @@ from .common import (
     fresh_database,
     install_enqueue_marker,
     latency_summary_ms,
+    measure_pickup,
     paced,
-    pickup_latencies,
     rate,
     wait_until,
     worker_processes,
@@ -285,21 +284,15 @@ def pickup(
                 what="Procrastinate workers to register",
                 workers=w,
             )
-            warm = _enqueue_paced(bench_app, warmup, interval)
-            wait_until(
-                lambda: conn.execute(STARTED_COUNT, (warm,)).fetchone()[0] == len(warm),  # type: ignore[index]
-                timeout=timeout,
-                what="Procrastinate warm-up jobs",
-                workers=w,
+            warm, latencies = measure_pickup(
+                conn,
+                lambda count: _enqueue_paced(bench_app, count, interval),
+                warmup=warmup,
+                jobs=jobs,
+                wait=lambda ok, what: wait_until(
+                    ok, timeout=timeout, what=f"Procrastinate {what}", workers=w
+                ),
             )
-            measured = _enqueue_paced(bench_app, jobs, interval)
-            wait_until(
-                lambda: conn.execute(STARTED_COUNT, (measured,)).fetchone()[0] == len(measured),  # type: ignore[index]
-                timeout=timeout,
-                what="Procrastinate measured jobs",
-                workers=w,
-            )
-            latencies = pickup_latencies(conn, warm)
             claims = claim_latencies(conn, CLAIM_LATENCIES, warm)
     return {
         "system": "procrastinate",
