@@ -280,6 +280,7 @@ class Master:
         else:
             log.error("%s %s", label, what, extra=extra)
             self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool))
+        self.kill_leftovers(child, label)
         if self.metrics is not None:
             self.metrics.absorb(child)
         slot = self.slot_of(child)
@@ -291,6 +292,20 @@ class Master:
             if delay > 0 and not self.stopping:
                 log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
         child.close()
+
+    def kill_leftovers(self, child: Child, label: str) -> None:
+        """Nothing outlives its child: a handler's subprocess still in the child's process
+        group (it ignored the TERM of a timeout kill, or its parent was SIGKILLed) would run on
+        with nobody left to stop it. The group's id cannot be reused while a member lives."""
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        log.warning(
+            "%s left processes behind in its process group; killed them",
+            label,
+            extra={"pool": child.pool},
+        )
 
     def check_boot_loop(self, pool: str) -> None:
         runtime = self.pools[pool]
