@@ -59,6 +59,9 @@ class Results:
     done: list[Job] = field(default_factory=list)
     settled: list[outcomes.Settlement] = field(default_factory=list)
     oldest: float | None = None
+    # After the database refused an outcome (a trigger, a constraint), when to try it again.
+    retry_at: float = 0.0
+    retry_delay: float = 0.0
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -74,35 +77,100 @@ class Results:
     def due(self) -> bool:
         return self.oldest is not None and time.monotonic() - self.oldest >= FLUSH_AFTER
 
+    def ready(self) -> bool:
+        """False while a refused outcome waits out its delay."""
+        return time.monotonic() >= self.retry_at
+
     def write(self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool) -> None:
-        """Write every outcome, fenced; raises on database errors with nothing cleared, so
-        the caller can reconnect and write them again."""
-        lost: list[Job] = []
-        with conn.pipeline():
-            if self.done:
-                finished = jobs_api.complete(conn, self.done, history=history)
-                board.count(Counter.COMPLETED, len(finished.kept))
-                lost.extend(finished.lost)
-            if self.settled:
-                result = jobs_api.settle(conn, self.settled, history=history)
-                kept = {j.id for j in result.kept}
-                for s in self.settled:
-                    if s.job.id in kept:
-                        _count_settlement(board, s)
-                        _log_settlement(s, pool)
-                lost.extend(result.lost)
-        for job in lost:
-            board.count(Counter.LOST)
-            log.warning(
-                "lease lost, result dropped: job %s (%s) on queue %s was given to another "
-                "worker while attempt %s ran here",
+        """Write every outcome, fenced; raises on database errors with the unwritten outcomes
+        kept, so the caller can reconnect and write them again."""
+        try:
+            with conn.pipeline():
+                _record(conn, board, pool, history, self.done, self.settled)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            # One outcome the database refuses must not hold up the others: write them one
+            # at a time; only the refused ones stay, to be tried again later.
+            self._write_one_by_one(conn, board, pool, history)
+            return
+        self.done, self.settled, self.oldest = [], [], None
+        self.retry_delay = 0.0
+
+    def _write_one_by_one(
+        self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool
+    ) -> None:
+        refused: list[tuple[Job, outcomes.Settlement | None, psycopg.Error]] = []
+        pending = [(j, None) for j in self.done] + [(s.job, s) for s in self.settled]
+        try:
+            while pending:
+                job, settlement = pending[0]
+                try:
+                    if settlement is None:
+                        _record(conn, board, pool, history, [job], [])
+                    else:
+                        _record(conn, board, pool, history, [], [settlement])
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as exc:
+                    refused.append((job, settlement, exc))
+                pending.pop(0)
+        finally:
+            # Written ones are gone; an outage mid-way leaves the rest for after a reconnect.
+            left = [(j, s) for j, s, _ in refused] + pending
+            self.done = [job for job, s in left if s is None]
+            self.settled = [s for _, s in left if s is not None]
+        if not refused:
+            self.oldest, self.retry_delay = None, 0.0
+            return
+        self.retry_delay = min(max(1.0, self.retry_delay * 2), 30.0)
+        self.retry_at = time.monotonic() + self.retry_delay
+        for job, _, exc in refused:
+            log.error(
+                "the database refused the outcome of job %s (%s) on queue %s, attempt %s: %s; "
+                "the job stays claimed, trying again in %.0fs",
                 job.id,
                 job.kind,
                 job.queue,
                 job.attempts,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                self.retry_delay,
                 extra=job_fields(job, pool),
             )
-        self.done, self.settled, self.oldest = [], [], None
+
+
+def _record(
+    conn: psycopg.Connection[Any],
+    board: Board,
+    pool: str,
+    history: bool,
+    done: list[Job],
+    settled: list[outcomes.Settlement],
+) -> None:
+    lost: list[Job] = []
+    if done:
+        finished = jobs_api.complete(conn, done, history=history)
+        board.count(Counter.COMPLETED, len(finished.kept))
+        lost.extend(finished.lost)
+    if settled:
+        result = jobs_api.settle(conn, settled, history=history)
+        kept = {j.id for j in result.kept}
+        for s in settled:
+            if s.job.id in kept:
+                _count_settlement(board, s)
+                _log_settlement(s, pool)
+        lost.extend(result.lost)
+    for job in lost:
+        board.count(Counter.LOST)
+        log.warning(
+            "lease lost, result dropped: job %s (%s) on queue %s was given to another "
+            "worker while attempt %s ran here",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            extra=job_fields(job, pool),
+        )
 
 
 def _count_settlement(board: Board, s: outcomes.Settlement) -> None:

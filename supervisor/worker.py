@@ -314,7 +314,7 @@ class Worker:
     def _write_results(self) -> None:
         """Write outcomes, retrying through database outages: a finished job must not be
         recorded as lost just because the database blinked."""
-        while self.results:
+        while self.results and self.results.ready():
             if self.conn is None and not self._reconnect():
                 if self.orphaned:
                     return
@@ -338,16 +338,16 @@ class Worker:
                     return
                 self._reconnect()
             except psycopg.Error as exc:
+                # Not an outage: something refused a write (Results.write kept what it could
+                # not record, and logged it). Carry on with other work; retried later.
                 log.error(
-                    "%s#%s: recording job outcomes failed: %s; retrying in 1s",
+                    "%s#%s: recording job outcomes failed: %s",
                     self.pool.name,
                     self.spec.slot,
                     exc,
                     extra={"pool": self.pool.name},
                 )
-                if self.orphaned:
-                    return
-                self._sleep(1.0)
+                return
 
     # -- limits ----------------------------------------------------------------------------
 
@@ -384,6 +384,8 @@ class Worker:
 
     def _loop_inline(self) -> int:
         while not self.draining:
+            if self.results:
+                self._write_results()  # an outcome the database refused earlier, again
             reason = self._recycle_reason()
             if reason is not None:
                 return reason
@@ -514,7 +516,7 @@ class Worker:
                     self.board.set_state(State.RUNNING)
                     continue
             wait = self.pool.poll_interval if free > 0 else 1.0
-            if self.results:
+            if self.results and self.results.ready():
                 wait = min(wait, 0.02)
             if in_flight:
                 self.board.set_state(State.RUNNING)
