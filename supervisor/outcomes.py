@@ -112,7 +112,11 @@ def retry(
     """Run again after ``delay``, or discard with ``error`` when the attempts are spent."""
     limit = max_attempts if max_attempts is not None else job.max_attempts
     if job.attempts >= limit:
-        return discard(job, f"{error} (attempt {job.attempts} of {limit}: no attempts left)")
+        # On the error's last line: a traceback ends with a newline, and the log shows the
+        # last line, which must still name the error.
+        return discard(
+            job, f"{error.rstrip()} (attempt {job.attempts} of {limit}: no attempts left)"
+        )
     return Settlement(job, "available", _seconds(delay), 0, error[:MAX_ERROR_CHARS])
 
 
