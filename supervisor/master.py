@@ -277,6 +277,14 @@ class Master:
             log.info("%s %s", label, what, extra=extra)
             if reason.child_exit is not None and reason.child_exit.name.endswith("RECYCLE"):
                 self.counters.recycle(child.pool, reason.metric_label.split("_")[0])
+            # A drained child holds nothing it knows of, but it may hold a claim it never heard
+            # of (the connection died as the claim committed) or an outcome the database
+            # refused: nobody renews those leases now, so give them back at once.
+            self.requeuer.add(
+                PendingRequeue(
+                    child.worker_id, f"worker {label} {what} still holding it", child.pool
+                )
+            )
         else:
             log.error("%s %s", label, what, extra=extra)
             self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool))

@@ -369,3 +369,28 @@ def test_sigterm_waits_for_database_then_stops(
     sup.wait_log("retrying in")
     sup.send(signal.SIGTERM)
     assert sup.wait(20) == 0
+
+
+def test_clean_stop_leaves_no_job_running_not_even_a_lost_claim(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    """A claim can commit while its connection dies (a restart, a terminated session), so the
+    child never hears of it: the job is running under a live child's id, and the master renews
+    its lease. When that child leaves, even cleanly, the job must go back to its queue."""
+    sup = supervisor(RECORD).start()
+    worker_id = wait_for(
+        lambda: query(ledger, "SELECT worker_id FROM pgq.workers WHERE pool = 'main' LIMIT 1"),
+        what="children registered",
+    )[0][0]
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        (job_id,) = enqueue_many(conn, [NewJob("record", queue="elsewhere")])
+        conn.execute(
+            "UPDATE pgq.jobs SET state = 'running', attempts = 1, locked_by = %s, "
+            "lease_id = nextval('pgq.lease_seq'), lease_until = now() + interval '1 minute', "
+            "started_at = now() WHERE id = %s",
+            (worker_id, job_id),
+        )
+    assert sup.stop() == 0
+    assert query(ledger, "SELECT state, attempts FROM pgq.jobs WHERE id = %s", (job_id,)) == [
+        ("available", 1)
+    ]
