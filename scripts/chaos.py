@@ -55,6 +55,8 @@ WEIGHTS["terminate"] = 2
 SHORT = {"child_kill": 3, "deploy": 1, "master_kill": 1, "pg_restart": 1, "pg_kill": 1}
 SHORT["terminate"] = 2
 SHUTDOWN_TIMEOUT = 10.0
+# Seconds of --timeout kept for the final clean stop and the checks.
+RESERVE = SHUTDOWN_TIMEOUT + 30.0
 # Handler slots across the pools below: what one fault can interrupt at most.
 CAPACITY = 2 * 8 + 1 * 6 + 1 * 1
 
@@ -137,7 +139,8 @@ class Drill:
         self.problems: list[str] = []
         self.modes: dict[int, str] = {}
         self.capacity = CAPACITY
-        self.deadline = time.monotonic() + args.timeout
+        # The faults stop early enough for the final stop and the checks to fit in --timeout.
+        self.deadline = time.monotonic() + max(10.0, args.timeout - RESERVE)
 
     @property
     def current(self) -> Incarnation:
@@ -317,8 +320,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # SIGTERM as Ctrl-C: unwind through the finally below, which stops everything.
+    # SIGTERM as Ctrl-C: unwind through the finally below, which stops everything; and the
+    # alarm bounds the whole run, even a fault or a check that hangs.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.alarm(max(1, int(args.timeout)))
     workdir = Path(tempfile.mkdtemp(prefix="pgq-chaos-"))
     drill = Drill(args, workdir)
     result: dict[str, Any] = {"ok": False}
@@ -327,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted; stopping everything")
         result = {"ok": False, "error": "interrupted"}
+    except OutOfTime:
+        log(f"out of time (--timeout {args.timeout:g}s); stopping everything")
+        result = {"ok": False, "error": f"no verdict within --timeout {args.timeout:g}s"}
     except Exception as exc:
         log(f"failed: {type(exc).__name__}: {exc}")
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -336,7 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result.get("ok") else 1
 
 
+class OutOfTime(Exception):
+    pass
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    raise OutOfTime
+
+
 def cleanup(drill: Drill, keep: bool) -> None:
+    signal.alarm(0)
     with contextlib.suppress(Exception):
         drill.tracker.stop()
     for inc in drill.incarnations:
