@@ -6,8 +6,9 @@ Starts its own durable embedded PostgreSQL in a temp dir, enqueues the jobs, and
 `python -m supervisor.cli -c <yaml>` with PGQ_DSN pointing at that server (so the supervisor
 does not own it). While the jobs drain it injects, on a seeded schedule: SIGKILL of a random
 child; a deploy (SIGTERM, wait for exit 0, start again); SIGKILL of the master, then a
-restart; a restart of PostgreSQL; a kill -9 of PostgreSQL, then a start; pg_terminate_backend
-of the supervisor's sessions. Then it stops the supervisor cleanly and checks (chaos_checks.py)
+restart; a master frozen (SIGSTOP) past its leases while another host's rescuer runs; a
+restart of PostgreSQL; a kill -9 of PostgreSQL, then a start; pg_terminate_backend of the
+supervisor's sessions. Then it stops the supervisor cleanly and checks (chaos_checks.py)
 that every job completed exactly once, that every extra execution is explained by a fault, and
 that nothing was left running. The last line on stdout is one JSON object with the figures;
 the exit status is 0 only if every check held. Everything started is stopped on any exit.
@@ -45,15 +46,16 @@ from chaos_procs import (
     start_incarnation,
 )
 
-from supervisor import NewJob, enqueue_many, migrate
+from supervisor import NewJob, enqueue_many, maintenance, migrate
 from supervisor.embedded import EmbeddedPostgres
 
-FAULTS = ("child_kill", "deploy", "master_kill", "pg_restart", "pg_kill", "terminate")
+FAULTS = ("child_kill", "deploy", "master_kill", "freeze", "pg_restart", "pg_kill", "terminate")
 # Full drills draw faults by weight; a child dies far more often than a database.
 WEIGHTS = {"child_kill": 4, "deploy": 1, "master_kill": 1, "pg_restart": 1, "pg_kill": 1}
-WEIGHTS["terminate"] = 2
+WEIGHTS |= {"terminate": 2, "freeze": 1}
 SHORT = {"child_kill": 3, "deploy": 1, "master_kill": 1, "pg_restart": 1, "pg_kill": 1}
-SHORT["terminate"] = 2
+SHORT |= {"terminate": 2, "freeze": 1}
+LEASE = 6.0
 SHUTDOWN_TIMEOUT = 10.0
 # Seconds of --timeout kept for the final clean stop and the checks.
 RESERVE = SHUTDOWN_TIMEOUT + 30.0
@@ -80,7 +82,7 @@ pools:
 jobs:
   chaos: {{timeout: 60s, backoff: {{base: 200ms, cap: 2s}}}}
 shutdown_timeout: {SHUTDOWN_TIMEOUT:g}s
-lease: {{duration: 6s, renew_every: 1s}}
+lease: {{duration: {LEASE:g}s, renew_every: 1s}}
 rescue: {{interval: 2s}}
 history: {{enabled: true}}
 """
@@ -104,6 +106,8 @@ def make_jobs(count: int, rng: random.Random, spread: float, ms: float) -> list[
             args["mode"] = "flaky"
         elif roll < 0.03:
             args["spawn"] = 1.0  # long enough for a kill to catch the subprocess
+        elif roll < 0.034:
+            args["ms"] = LEASE * 1000 + 1000  # outlives its lease unless the master renews it
         elif roll < 0.08:
             args["ms"] = round(rng.uniform(50, 300), 1)
         delay = spread * i / count if spread else None
@@ -138,6 +142,7 @@ class Drill:
         self.faults: list[Fault] = []
         self.problems: list[str] = []
         self.modes: dict[int, str] = {}
+        self.ids: list[int] = []
         self.capacity = CAPACITY
         # The faults stop early enough for the final stop and the checks to fit in --timeout.
         self.deadline = time.monotonic() + max(10.0, args.timeout - RESERVE)
@@ -208,6 +213,8 @@ class Drill:
             self.current.proc.wait(10)
             self.current.ended, self.current.end = time.time(), "master_kill"
             self.start_supervisor()
+        elif kind == "freeze":
+            fault.detail = self.freeze_master()
         elif kind == "pg_restart":
             self.server.restart()
         elif kind == "pg_kill":
@@ -227,6 +234,34 @@ class Drill:
         fault.ended = time.time()
         self.faults.append(fault)
         log(f"fault {len(self.faults)}: {kind} {fault.describe()}")
+
+    def freeze_master(self) -> str:
+        """A master that stops renewing (SIGSTOP: a stall, a partition) while its children run
+        on: past the lease, another host's rescuer (played by us) takes their long jobs, and
+        the children's late results must be fenced out."""
+        # Long jobs in hand first, so there is something for the rescuer to take.
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            long_ms = (LEASE + 3.0) * 1000
+            added = enqueue_many(conn, [NewJob("chaos", {"ms": long_ms}, "io") for _ in range(3)])
+        self.ids += added
+        self.modes.update(dict.fromkeys(added, "ok"))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(self.started(added)) < len(added):
+            time.sleep(0.1)
+        master = self.current.pid
+        os.kill(master, signal.SIGSTOP)
+        try:
+            time.sleep(LEASE + 1.5)
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                moved = maintenance.rescue_batch(conn, limit=10_000, history=True)
+        finally:
+            os.kill(master, signal.SIGCONT)
+        return f"rescued {len(moved)} jobs {[m.id for m in moved][:20]}"
+
+    def started(self, ids: list[int]) -> list[tuple[Any, ...]]:
+        return query(
+            self.dsn, "SELECT DISTINCT job_id FROM chaos_ledger WHERE job_id = ANY(%s)", (ids,)
+        )
 
     def check_group_gone(self, victim: int) -> None:
         """Once the master has reaped a killed child, nothing may be left in its process group
@@ -271,8 +306,8 @@ class Drill:
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        ids = self.prepare()
-        log(f"enqueued {len(ids)} jobs in {time.monotonic() - started:.1f}s; starting")
+        self.ids = self.prepare()
+        log(f"enqueued {len(self.ids)} jobs in {time.monotonic() - started:.1f}s; starting")
         self.tracker.start()
         began = time.time()
         self.start_supervisor()
@@ -295,7 +330,7 @@ class Drill:
             self.problems.append(f"the jobs did not drain within --timeout {self.args.timeout}s")
         self.stop_current("final")
         ended = drained_at or time.time()
-        return verify(self, ids, began, ended)
+        return verify(self, self.ids, began, ended)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

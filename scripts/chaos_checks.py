@@ -70,14 +70,15 @@ def _rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
 def _explain(
     e: Execution, next_at: float, sid: int | None, faults: list[Fault], lost: set[tuple[int, int]]
 ) -> str | None:
+    # The most specific evidence first: the worker itself said its result was dropped.
+    if (e.job_id, e.attempt) in lost:
+        return "lease_lost"
     for f in faults:
         if f.kind == "child_kill" and e.pid in f.pids and f.at >= e.at - SLACK:
             return "child_kill"
     for f in faults:
         if f.kind in ("master_kill", "deploy") and sid is not None and f.sid == sid:
             return f.kind
-    if (e.job_id, e.attempt) in lost:
-        return "lease_lost"
     for f in faults:
         end = f.ended or f.at
         if f.kind in DB_FAULTS and e.at - SLACK <= end and f.at <= next_at + SLACK:
