@@ -106,8 +106,6 @@ def make_jobs(count: int, rng: random.Random, spread: float, ms: float) -> list[
             args["mode"] = "flaky"
         elif roll < 0.03:
             args["spawn"] = 1.0  # long enough for a kill to catch the subprocess
-        elif roll < 0.034:
-            args["ms"] = LEASE * 1000 + 1000  # outlives its lease unless the master renews it
         elif roll < 0.08:
             args["ms"] = round(rng.uniform(50, 300), 1)
         delay = spread * i / count if spread else None
