@@ -105,14 +105,16 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max
           j.lease_id, j.lease_until, j.created_at;
 
 -- name: complete
--- Deletes successfully finished jobs, fenced on (id, lease_id) while still running; returns the
--- ids that were still ours. With %(history)s, writes a compact history row in the same statement.
+-- Deletes successfully finished jobs, fenced on (id, lease_id); returns the ids that were still
+-- ours. With %(history)s, writes a compact history row in the same statement. Only running jobs
+-- have a lease_id (a table constraint), and the plan must look each id up by primary key: psycopg
+-- prepares statements it runs often, and a generic plan for "state = 'running'" would scan every
+-- running job for every id.
 WITH done AS (
     DELETE FROM pgq.jobs AS j
     USING unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
     WHERE j.id = f.id
       AND j.lease_id = f.lease_id
-      AND j.state = 'running'
     RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at
 ),
 recorded AS (
@@ -129,7 +131,8 @@ SELECT id FROM done;
 -- available after a delay (retry, snooze), back to available at its old run_at (release), or
 -- discarded with its reason (the dead-letter queue). %(refunds)s gives an attempt back (snooze,
 -- release); a null delay keeps run_at; a null error keeps the previous one. Returns the ids that
--- were still ours. With %(history)s, discards also write a history row.
+-- were still ours. With %(history)s, discards also write a history row. Fenced by lease_id alone,
+-- like complete, so the plan looks jobs up by primary key.
 WITH settled AS (
     UPDATE pgq.jobs AS j
     SET state = o.state,
@@ -153,7 +156,6 @@ WITH settled AS (
     ) AS o(id, lease_id, state, delay, refund, error)
     WHERE j.id = o.id
       AND j.lease_id = o.lease_id
-      AND j.state = 'running'
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
               j.finished_at
 ),
@@ -168,13 +170,13 @@ recorded AS (
 SELECT id FROM settled;
 
 -- name: renew_leases
--- Extends the leases of claimed jobs, fenced on (id, lease_id); returns the ids still held.
+-- Extends the leases of claimed jobs, fenced on (id, lease_id) alone
+-- (see complete); returns the ids still held.
 UPDATE pgq.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease_seconds)s::float8)
 FROM unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
 WHERE j.id = f.id
   AND j.lease_id = f.lease_id
-  AND j.state = 'running'
 RETURNING j.id;
 
 -- name: renew_worker_leases
@@ -197,8 +199,10 @@ SELECT EXISTS (
 );
 
 -- name: requeue_worker
--- Gives back every job held by a worker that is known to be gone (its process exited). The
--- attempt stays spent, since the job may be what killed it; a job out of attempts is discarded.
+-- Gives back every job held by a worker that is known to be gone (its process exited). A job
+-- in %(spent)s was running when the worker died: its attempt stays spent, since it may be what
+-- killed the worker, and it is discarded when out of attempts. The worker's other jobs were
+-- claimed but not started (or finished but not yet recorded): they get their attempt back.
 -- %(policy_kinds)s / %(policy_max_attempts)s carry the operator's per-kind max_attempts, which
 -- win over the row's own.
 WITH target AS (
@@ -209,9 +213,15 @@ WITH target AS (
     FOR UPDATE
 ),
 decided AS (
-    SELECT j.id, j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
+    SELECT j.id,
+           s.spent,
+           s.spent AND j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
     FROM pgq.jobs AS j
     JOIN target USING (id)
+    -- A null %(spent)s: nobody knows which jobs were running, so every attempt counts.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(j.id = ANY(%(spent)s::bigint[]), true) AS spent
+    ) AS s
     LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
         AS p(kind, max_attempts) ON p.kind = j.kind
 ),
@@ -219,7 +229,8 @@ moved AS (
     UPDATE pgq.jobs AS j
     SET state = CASE WHEN d.exhausted THEN 'discarded' ELSE 'available' END,
         run_at = now(),
-        last_error = %(reason)s,
+        attempts = CASE WHEN d.spent THEN j.attempts ELSE j.attempts - 1 END,
+        last_error = CASE WHEN d.spent THEN %(reason)s ELSE j.last_error END,
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
@@ -285,12 +296,15 @@ SELECT id, queue, kind, state, attempts FROM moved;
 
 -- name: purge_discarded
 -- Deletes up to %(limit)s dead letters that finished before %(older_than)s; run in a loop.
+-- %(kind)s and %(queue)s narrow it when given (`dlq purge --kind`); null means any.
 DELETE FROM pgq.jobs
 WHERE id IN (
     SELECT id
     FROM pgq.jobs
     WHERE state = 'discarded'
       AND finished_at < %(older_than)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -299,17 +313,53 @@ WHERE id IN (
 -- name: replay
 -- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
 -- caller must give at least one (or say all): ids, kind, queue, finished before a time.
-UPDATE pgq.jobs
-SET state = 'available',
-    attempts = 0,
-    run_at = now(),
-    finished_at = NULL
-WHERE state = 'discarded'
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
-RETURNING id, queue;
+-- A dead letter whose unique key is held again (by a waiting or running job, or by a newer dead
+-- letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
+-- every matching dead letter: replayed true with its queue, or replayed false with its key.
+WITH locked AS (
+    SELECT id, unique_key, finished_at
+    FROM pgq.jobs
+    WHERE state = 'discarded'
+      AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(finished_before)s::timestamptz IS NULL
+           OR finished_at < %(finished_before)s::timestamptz)
+    FOR UPDATE
+),
+matching AS (
+    SELECT id, unique_key,
+           row_number() OVER (PARTITION BY unique_key ORDER BY finished_at DESC, id DESC) AS nth
+    FROM locked
+),
+replayable AS (
+    SELECT m.id
+    FROM matching AS m
+    WHERE m.unique_key IS NULL
+       OR (m.nth = 1
+           AND NOT EXISTS (
+               SELECT 1
+               FROM pgq.jobs AS holder
+               WHERE holder.unique_key = m.unique_key
+                 AND holder.state IN ('available', 'running')
+           ))
+),
+replayed AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'available',
+        attempts = 0,
+        run_at = now(),
+        finished_at = NULL
+    FROM replayable AS r
+    WHERE j.id = r.id
+    RETURNING j.id, j.queue
+)
+SELECT id, queue, NULL::text AS unique_key, true AS replayed
+FROM replayed
+UNION ALL
+SELECT m.id, NULL, m.unique_key, false
+FROM matching AS m
+WHERE m.id NOT IN (SELECT id FROM replayable);
 
 -- name: history_partitions
 -- Creates the daily history partitions from today through %(days_ahead)s days later.
@@ -420,7 +470,7 @@ ORDER BY host, started_at;
 
 -- name: list_workers
 -- Children of live supervisors, for status.
-SELECT supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
+SELECT supervisor_id, worker_id, pool, slot, pid, state, job_id, kind, job_started,
        extract(epoch FROM now() - job_started)::float8 AS job_age, spawned_at
 FROM pgq.workers
 ORDER BY supervisor_id, pool, slot;
@@ -432,3 +482,53 @@ FROM pgq.job_history
 WHERE finished_at > now() - make_interval(secs => %(seconds)s::float8)
 GROUP BY queue, outcome
 ORDER BY queue, outcome;
+
+-- name: clock
+-- The database's time: operator commands measure ages and cutoffs on the server's clock, so a
+-- skewed clock on the operator's machine cannot shift what `--older-than 1d` selects.
+SELECT now();
+
+-- name: list_discarded
+-- Dead letters, newest first, up to %(limit)s; every filter is optional (null means any).
+-- Reads the jobs_discarded index backwards.
+SELECT id, kind, queue, attempts, max_attempts, finished_at, unique_key, last_error
+FROM pgq.jobs
+WHERE state = 'discarded'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
+  AND (%(finished_after)s::timestamptz IS NULL OR finished_at > %(finished_after)s::timestamptz)
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: count_discarded
+-- How many dead letters match the same filters as list_discarded (when a listing is cut short).
+SELECT count(*)
+FROM pgq.jobs
+WHERE state = 'discarded'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(finished_before)s::timestamptz IS NULL OR finished_at < %(finished_before)s::timestamptz)
+  AND (%(finished_after)s::timestamptz IS NULL OR finished_at > %(finished_after)s::timestamptz);
+
+-- name: job_by_id
+-- Everything about one job, whatever its state (`dlq show`).
+SELECT id, queue, kind, state, args, priority, attempts, max_attempts, unique_key, last_error,
+       created_at, run_at, started_at, finished_at, locked_by
+FROM pgq.jobs
+WHERE id = %(id)s;
+
+-- name: job_inserted_here
+-- Whether job %(id)s was inserted by the current transaction. An enqueue whose unique key is
+-- already held returns the holder's id; this tells a new job from the holder, exactly.
+SELECT xmin = pg_current_xact_id()::xid
+FROM pgq.jobs
+WHERE id = %(id)s;
+
+-- name: try_advisory_lock
+-- Takes a session advisory lock if it is free; true when this session now holds it.
+SELECT pg_try_advisory_lock(%(key)s);
+
+-- name: advisory_unlock
+-- Releases a session advisory lock this session holds.
+SELECT pg_advisory_unlock(%(key)s);

@@ -80,9 +80,11 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signum)
 
-    def wake(self) -> None:
+    def wake(self, hint: int = 0) -> None:
+        """Wake an idle child. ``hint`` is 1 + the index of the queue that just received work
+        in the pool's queue list (0: no particular queue), so it claims there first."""
         with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self.wake_fd, b"w")
+            os.write(self.wake_fd, bytes((hint,)))
 
     def close(self) -> None:
         for fd in (self.wake_fd, self.report_fd):

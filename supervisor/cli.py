@@ -102,8 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    with contextlib.suppress(ImportError):
-        from . import operator_cli  # noqa: F401
+    from . import operator_cli  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,8 +161,13 @@ def check(ctx: Context) -> int:
 def migrate_verb(ctx: Context) -> int:
     from .migrations import migrate
 
-    with database(ctx, start_embedded=True) as dsn:
+    applied = None
+    # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
+    # of leaving the server we started running.
+    with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
         applied = migrate(dsn)
+    if applied is None:
+        return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if applied:
         for m in applied:
             print(f"applied {m.version:04d}_{m.name}")
@@ -184,21 +188,31 @@ def run(ctx: Context) -> int:
     except ConfigError as exc:
         print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
         return MasterExit.CONFIG
+    metrics = None
+    if ctx.config.metrics.port is not None:
+        # Bound before anything else starts, so a port in use fails at once, not after the
+        # wait for the database.
+        from .metrics import MetricsError, MetricsServer
+
+        try:
+            metrics = MetricsServer(ctx.config.metrics)
+        except MetricsError as exc:
+            print(f"pgq-supervisor: {exc}", file=sys.stderr)
+            return MasterExit.ERROR
     with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
             for m in migrate(dsn):
                 log.info("applied migration %04d_%s", m.version, m.name)
-        metrics = None
-        if ctx.config.metrics.port is not None:
-            from .metrics import MetricsServer
-
-            metrics = MetricsServer(ctx.config.metrics)
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
 
 
 class StartupInterrupted(Exception):
     pass
+
+
+# While not None, TERM/INT during start-up are recorded here instead of raising at once.
+_held_signals: list[str] | None = None
 
 
 @contextlib.contextmanager
@@ -207,7 +221,11 @@ def stoppable_startup() -> Iterator[None]:
     database, say) stops cleanly, stopping an embedded server we started."""
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise StartupInterrupted(signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if _held_signals is not None:
+            _held_signals.append(name)
+            return
+        raise StartupInterrupted(name)
 
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -218,6 +236,19 @@ def stoppable_startup() -> Iterator[None]:
         for s, handler in previous.items():
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[str]]:
+    """Hold TERM/INT back until the block is done. An exception raised by the handler while
+    pg_ctl is starting the server would kill pg_ctl but not the postmaster it launched, which
+    runs in a session of its own: nobody would ever stop it."""
+    global _held_signals
+    _held_signals = []
+    try:
+        yield _held_signals
+    finally:
+        _held_signals = None
 
 
 @contextlib.contextmanager
@@ -238,8 +269,11 @@ def database(ctx: Context, *, start_embedded: bool) -> Iterator[str]:
         "no database configured: starting an embedded PostgreSQL in %s",
         ctx.config.database.embedded_dir,
     )
-    dsn = server.start()
+    with signals_held() as held:
+        dsn = server.start()
     try:
+        if held:
+            raise StartupInterrupted(held[0])
         yield dsn
     finally:
         log.info("stopping the embedded PostgreSQL")
@@ -275,4 +309,8 @@ def wait_for_database(dsn: str, connect_timeout: float) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m supervisor.cli` runs this file as __main__, a second copy of the module, while
+    # verb modules register with the importable supervisor.cli: run that copy's main.
+    from supervisor.cli import main as importable_main
+
+    sys.exit(importable_main())

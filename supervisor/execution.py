@@ -9,6 +9,7 @@ job's outcome is written as soon as it finishes (see Results.due).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,8 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pgq.worker")
 
-# Completions wait at most this long for company before being written.
-FLUSH_AFTER = 0.02
+# An outcome waits at most about this long (or until its batch ends) for others to share its
+# round trip. Longer means fewer round trips per job; a crash in the window re-runs at most this
+# much finished work, which at-least-once delivery allows.
+FLUSH_AFTER = 0.25
 
 
 class JobTimeout(BaseException):
@@ -78,24 +81,53 @@ class Results:
         return self.oldest is not None and time.monotonic() - self.oldest >= FLUSH_AFTER
 
     def ready(self) -> bool:
-        """False while a refused outcome waits out its delay."""
+        """False while an outcome the database refused waits out its delay."""
         return time.monotonic() >= self.retry_at
 
-    def write(self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool) -> None:
-        """Write every outcome, fenced; raises on database errors with the unwritten outcomes
-        kept, so the caller can reconnect and write them again."""
+    def write(
+        self,
+        conn: psycopg.Connection[Any],
+        board: Board,
+        pool: str,
+        history: bool,
+        then: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]] | None = None,
+    ) -> psycopg.Cursor[Any] | None:
+        """Write every outcome, fenced, in one round trip and one transaction; ``then`` (the
+        next claim) travels in the same pipeline, so a batch costs a single commit. Raises on
+        connection errors with nothing cleared, so the caller can reconnect and write again.
+        An outcome the database refuses (a trigger, a constraint) holds up neither the others
+        nor the claim: it stays here, tried again after a growing delay. Returns the cursor
+        ``then`` produced."""
+        if not self.ready():
+            return then(conn) if then is not None else None
         try:
             with conn.pipeline():
-                _record(conn, board, pool, history, self.done, self.settled)
+                done = (
+                    jobs_api.send_complete(conn, self.done, history=history) if self.done else None
+                )
+                settled = (
+                    jobs_api.send_settle(conn, self.settled, history=history)
+                    if self.settled
+                    else None
+                )
+                after = then(conn) if then is not None else None
         except psycopg.OperationalError:
             raise
         except psycopg.Error:
-            # One outcome the database refuses must not hold up the others: write them one
-            # at a time; only the refused ones stay, to be tried again later.
             self._write_one_by_one(conn, board, pool, history)
-            return
+            return then(conn) if then is not None else None
+        _tally(
+            board,
+            pool,
+            jobs_api.fenced(done, self.done) if done is not None else None,
+            self.settled,
+            jobs_api.fenced(settled, [s.job for s in self.settled])
+            if settled is not None
+            else None,
+        )
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
+        return after
 
     def _write_one_by_one(
         self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool
@@ -107,9 +139,10 @@ class Results:
                 job, settlement = pending[0]
                 try:
                     if settlement is None:
-                        _record(conn, board, pool, history, [job], [])
+                        _tally(board, pool, jobs_api.complete(conn, [job], history=history))
                     else:
-                        _record(conn, board, pool, history, [], [settlement])
+                        result = jobs_api.settle(conn, [settlement], history=history)
+                        _tally(board, pool, None, [settlement], result)
                 except psycopg.OperationalError:
                     raise
                 except psycopg.Error as exc:
@@ -139,23 +172,21 @@ class Results:
             )
 
 
-def _record(
-    conn: psycopg.Connection[Any],
+def _tally(
     board: Board,
     pool: str,
-    history: bool,
-    done: list[Job],
-    settled: list[outcomes.Settlement],
+    finished: jobs_api.Fenced | None,
+    settled: list[outcomes.Settlement] | None = None,
+    result: jobs_api.Fenced | None = None,
 ) -> None:
+    """Count what fenced writes kept, and say which results were dropped."""
     lost: list[Job] = []
-    if done:
-        finished = jobs_api.complete(conn, done, history=history)
+    if finished is not None:
         board.count(Counter.COMPLETED, len(finished.kept))
         lost.extend(finished.lost)
-    if settled:
-        result = jobs_api.settle(conn, settled, history=history)
+    if result is not None:
         kept = {j.id for j in result.kept}
-        for s in settled:
+        for s in settled or []:
             if s.job.id in kept:
                 _count_settlement(board, s)
                 _log_settlement(s, pool)
@@ -239,13 +270,16 @@ class Executor:
         # own bookkeeping around it.
         self.interruptible = False
         self.deadline: float | None = None
+        # Handler threads share the board's counters; `+=` on shared memory is not atomic.
+        self.counter_lock = threading.Lock()
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
         policy = self.config.policy(job.kind)
         handler = self.handlers.get(job.kind)
         if handler is None:
-            self.board.count(Counter.UNKNOWN_KIND)
+            with self.counter_lock:
+                self.board.count(Counter.UNKNOWN_KIND)
             known = ", ".join(sorted(self.handlers)) or "none"
             return outcomes.failure(
                 job,
@@ -303,6 +337,7 @@ class Executor:
             self.interruptible = False
             self.deadline = None
             self.board.job_finished(thread)
-            self.board.observe_job(time.monotonic() - started)
-            self.board.count(Counter.JOBS_RUN)
+            with self.counter_lock:
+                self.board.observe_job(time.monotonic() - started)
+                self.board.count(Counter.JOBS_RUN)
         return settlement

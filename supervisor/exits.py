@@ -74,10 +74,10 @@ class ExitReason:
         known = self.child_exit
         return known.name.lower() if known is not None else "exit_error"
 
-    def describe(self) -> str:
+    def describe(self, *, killed_by_master: bool = False) -> str:
         if self.signal is not None:
             name = signal.Signals(self.signal).name
-            if self.signal == signal.SIGKILL:
+            if self.signal == signal.SIGKILL and not killed_by_master:
                 return f"killed by {name} (perhaps out of memory?)"
             if self.signal == signal.SIGSEGV:
                 return f"killed by {name} (a crash in native code)"

@@ -81,6 +81,28 @@ def _own_transaction(conn: psycopg.Connection[Any], what: str) -> None:
         )
 
 
+def send_claim(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    *,
+    worker: str,
+    limit: int,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> psycopg.Cursor[Any]:
+    """Send the claim and return its cursor without reading it, so that in pipeline mode it can
+    travel in one round trip (and one transaction) with the previous batch's outcomes."""
+    return conn.execute(
+        query("claim"),
+        {"queue": queue, "limit": limit, "worker": worker, "lease_seconds": lease_seconds},
+    )
+
+
+def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
+    jobs = [Job(*row) for row in cursor.fetchall()]
+    jobs.sort(key=lambda j: j.sort_key)
+    return jobs
+
+
 def claim(
     conn: psycopg.Connection[Any],
     queue: str,
@@ -91,15 +113,10 @@ def claim(
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs of ``queue`` for ``worker``; best priority first."""
     _own_transaction(conn, "claim")
-    rows = conn.execute(
-        query("claim"),
-        {"queue": queue, "limit": limit, "worker": worker, "lease_seconds": lease_seconds},
-    ).fetchall()
+    cursor = send_claim(conn, queue, worker=worker, limit=limit, lease_seconds=lease_seconds)
     if not conn.autocommit:
         conn.commit()
-    jobs = [Job(*row) for row in rows]
-    jobs.sort(key=lambda j: j.sort_key)
-    return jobs
+    return claimed_jobs(cursor)
 
 
 def _split(jobs: Sequence[Job], kept_ids: Iterable[int]) -> Fenced:
@@ -108,6 +125,41 @@ def _split(jobs: Sequence[Job], kept_ids: Iterable[int]) -> Fenced:
         kept=[j for j in jobs if j.id in kept],
         lost=[j for j in jobs if j.id not in kept],
     )
+
+
+def send_complete(
+    conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
+) -> psycopg.Cursor[Any]:
+    return conn.execute(
+        query("complete"),
+        {
+            "ids": [j.id for j in jobs],
+            "lease_ids": [j.lease_id for j in jobs],
+            "history": history,
+        },
+    )
+
+
+def send_settle(
+    conn: psycopg.Connection[Any], settlements: Sequence[Settlement], *, history: bool = False
+) -> psycopg.Cursor[Any]:
+    return conn.execute(
+        query("settle"),
+        {
+            "ids": [s.job.id for s in settlements],
+            "lease_ids": [s.job.lease_id for s in settlements],
+            "states": [s.state for s in settlements],
+            "delays": [s.delay for s in settlements],
+            "refunds": [s.refund for s in settlements],
+            "errors": [s.error for s in settlements],
+            "history": history,
+        },
+    )
+
+
+def fenced(cursor: psycopg.Cursor[Any], jobs: Sequence[Job]) -> Fenced:
+    """Read a fenced write's result: the ids it returned were still ours."""
+    return _split(jobs, (r[0] for r in cursor.fetchall()))
 
 
 def complete(
@@ -120,15 +172,7 @@ def complete(
     """
     if not jobs:
         return Fenced()
-    rows = conn.execute(
-        query("complete"),
-        {
-            "ids": [j.id for j in jobs],
-            "lease_ids": [j.lease_id for j in jobs],
-            "history": history,
-        },
-    ).fetchall()
-    return _split(jobs, (r[0] for r in rows))
+    return fenced(send_complete(conn, jobs, history=history), jobs)
 
 
 def settle(
@@ -137,19 +181,8 @@ def settle(
     """Record retries, snoozes, releases and discards (one statement for the batch), fenced."""
     if not settlements:
         return Fenced()
-    rows = conn.execute(
-        query("settle"),
-        {
-            "ids": [s.job.id for s in settlements],
-            "lease_ids": [s.job.lease_id for s in settlements],
-            "states": [s.state for s in settlements],
-            "delays": [s.delay for s in settlements],
-            "refunds": [s.refund for s in settlements],
-            "errors": [s.error for s in settlements],
-            "history": history,
-        },
-    ).fetchall()
-    return _split([s.job for s in settlements], (r[0] for r in rows))
+    cursor = send_settle(conn, settlements, history=history)
+    return fenced(cursor, [s.job for s in settlements])
 
 
 def renew_leases(

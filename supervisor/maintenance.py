@@ -44,14 +44,24 @@ def requeue_worker(
     worker: str,
     reason: str,
     *,
+    spent: Sequence[int] | None = None,
     max_attempts: Mapping[str, int] | None = None,
     history: bool = False,
 ) -> list[Moved]:
-    """Give back every job held by ``worker``, which is known to be gone; the attempt counts."""
-    rows = conn.execute(
-        query("requeue_worker"),
-        {"worker": worker, "reason": reason, "history": history, **_policy_params(max_attempts)},
-    ).fetchall()
+    """Give back every job held by ``worker``, which is known to be gone.
+
+    Jobs in ``spent`` were running when it died and keep their attempt spent (one of them may be
+    what killed it); ``None`` means every job counts, when nobody knows which were running.
+    The others were only claimed and get their attempt back.
+    """
+    params = {
+        "worker": worker,
+        "reason": reason,
+        "history": history,
+        "spent": list(spent) if spent is not None else None,
+        **_policy_params(max_attempts),
+    }
+    rows = conn.execute(query("requeue_worker"), params).fetchall()
     return [Moved(*row) for row in rows]
 
 
@@ -71,12 +81,12 @@ def rescue_batch(
 
 
 def try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
-    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+    row = conn.execute(query("try_advisory_lock"), {"key": key}).fetchone()
     return bool(row and row[0])
 
 
 def unlock(conn: psycopg.Connection[Any], key: int) -> None:
-    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    conn.execute(query("advisory_unlock"), {"key": key})
 
 
 def rescue(
@@ -105,14 +115,21 @@ def rescue(
 
 
 def purge_discarded(
-    conn: psycopg.Connection[Any], older_than: datetime, *, batch: int = PURGE_BATCH
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    batch: int = PURGE_BATCH,
+    kind: str | None = None,
+    queue: str | None = None,
 ) -> int:
-    """Delete dead letters that finished before ``older_than``, in batches; returns how many."""
+    """Delete dead letters that finished before ``older_than``, in batches; returns how many.
+
+    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any.
+    """
+    params = {"older_than": older_than, "limit": batch, "kind": kind, "queue": queue}
     total = 0
     while True:
-        deleted = conn.execute(
-            query("purge_discarded"), {"older_than": older_than, "limit": batch}
-        ).rowcount
+        deleted = conn.execute(query("purge_discarded"), params).rowcount
         total += deleted
         if deleted < batch:
             return total
@@ -156,11 +173,24 @@ class ReplayFilter:
         )
 
 
-def replay(conn: psycopg.Connection[Any], which: ReplayFilter) -> list[tuple[int, str]]:
-    """Put matching dead letters back in their queues with attempts reset; returns (id, queue).
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay did: the dead letters put back (id, queue), and the ones kept dead because
+    their unique key is held again (id, key)."""
+
+    jobs: list[tuple[int, str]]
+    held: list[tuple[int, str]]
+
+    @property
+    def ids(self) -> list[int]:
+        return [job_id for job_id, _ in self.jobs]
+
+
+def replay(conn: psycopg.Connection[Any], which: ReplayFilter) -> Replayed:
+    """Put matching dead letters back in their queues with attempts reset.
 
     An empty filter replays nothing unless ``everything`` is set: replaying the whole dead-letter
-    queue must be asked for by name.
+    queue must be asked for by name. A dead letter whose unique key is held again stays dead.
     """
     if which.is_empty() and not which.everything:
         raise ValueError("replay needs ids, a kind, a queue or an age; or say everything=True")
@@ -173,10 +203,14 @@ def replay(conn: psycopg.Connection[Any], which: ReplayFilter) -> list[tuple[int
             "finished_before": which.finished_before,
         },
     ).fetchall()
-    queues = sorted({queue for _, queue in rows})
+    result = Replayed(
+        jobs=[(int(job_id), queue) for job_id, queue, _, done in rows if done],
+        held=[(int(job_id), key) for job_id, _, key, done in rows if not done],
+    )
+    queues = sorted({queue for _, queue in result.jobs})
     if queues:
         conn.execute(query("notify_queues"), {"queues": queues})
-    return [(int(job_id), queue) for job_id, queue in rows]
+    return result
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from . import proctitle
+from .board import State
 from .children import HOSTNAME, Child, Slot, spawn
 from .database import MasterDatabase
-from .exits import ExitReason, MasterExit
+from .exits import ChildExit, ExitReason, MasterExit
 from .services import (
     LeaseRenewal,
     MasterCounters,
@@ -49,6 +50,12 @@ KILL_GRACE = 5.0
 # Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
 BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
+# Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
+# by MemoryWatch when it decides the kill.
+RECYCLE_KINDS: dict[ChildExit | None, str] = {
+    ChildExit.MEMORY_RECYCLE: "soft",
+    ChildExit.MAX_JOBS_RECYCLE: "max_jobs",
+}
 
 
 @dataclass
@@ -164,6 +171,8 @@ class Master:
             Registry(self, 5.0),
             self.requeuer,
         ]
+        if self.metrics is not None:
+            self.services.extend(self.metrics.services(self))
         purger = self.services[2]
         purger.next_due = purger.next_run(time.monotonic())
         if config.history.enabled:
@@ -268,15 +277,16 @@ class Master:
     def child_exited(self, child: Child, reason: ExitReason) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(child.report_fd)
-        what = reason.describe()
+        what = reason.describe(killed_by_master=child.kill_reason is not None)
         if child.kill_reason:
             what += f" after being stopped: {child.kill_reason}"
         label = f"{child.pool}#{child.slot} (pid {child.pid})"
         extra = {"pool": child.pool}
         if reason.clean:
             log.info("%s %s", label, what, extra=extra)
-            if reason.child_exit is not None and reason.child_exit.name.endswith("RECYCLE"):
-                self.counters.recycle(child.pool, reason.metric_label.split("_")[0])
+            recycled = RECYCLE_KINDS.get(reason.child_exit)
+            if recycled is not None:
+                self.counters.recycle(child.pool, recycled)
             # A drained child holds nothing it knows of, but it may hold a claim it never heard
             # of (the connection died as the claim committed) or an outcome the database
             # refused: nobody renews those leases now, so give them back at once.
@@ -287,7 +297,10 @@ class Master:
             )
         else:
             log.error("%s %s", label, what, extra=extra)
-            self.requeuer.add(PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool))
+            running = [job.job_id for job in child.board.running_jobs()]
+            self.requeuer.add(
+                PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool, running)
+            )
         self.kill_leftovers(child, label)
         if self.metrics is not None:
             self.metrics.absorb(child)
@@ -391,19 +404,22 @@ class Master:
         for queue in dict.fromkeys(payloads or []):
             for runtime in self.pools.values():
                 if queue in runtime.config.queues:
-                    self.wake_idle(runtime.config.name)
+                    self.wake_idle(runtime.config.name, queue=queue)
 
-    def wake_idle(self, pool: str, exclude: Child | None = None) -> None:
-        """Wake one idle child of the pool; busy children will claim when they are done."""
-        from .board import State
-
+    def wake_idle(
+        self, pool: str, *, exclude: Child | None = None, queue: str | None = None
+    ) -> None:
+        """Wake one idle child of the pool, telling it which queue has work; busy children
+        will claim when they are done."""
         runtime = self.pools.get(pool)
         if runtime is None:
             return
+        queues = list(runtime.config.queues)
+        hint = queues.index(queue) + 1 if queue in queues else 0
         for slot in runtime.slots:
             child = slot.child
             if child is not None and child is not exclude and child.board.state == State.IDLE:
-                child.wake()
+                child.wake(hint)
                 return
 
     # -- services, reload, stop ----------------------------------------------------------------

@@ -103,7 +103,7 @@ def snooze(job: Job, delay: float | timedelta) -> Settlement:
 
 
 def discard(job: Job, reason: str) -> Settlement:
-    return Settlement(job, "discarded", None, 0, reason[:MAX_ERROR_CHARS])
+    return Settlement(job, "discarded", None, 0, clip_error(reason))
 
 
 def retry(
@@ -112,12 +112,10 @@ def retry(
     """Run again after ``delay``, or discard with ``error`` when the attempts are spent."""
     limit = max_attempts if max_attempts is not None else job.max_attempts
     if job.attempts >= limit:
-        # On the error's last line: a traceback ends with a newline, and the log shows the
-        # last line, which must still name the error.
-        return discard(
-            job, f"{error.rstrip()} (attempt {job.attempts} of {limit}: no attempts left)"
-        )
-    return Settlement(job, "available", _seconds(delay), 0, error[:MAX_ERROR_CHARS])
+        # rstrip: on a traceback's last line, not on a line of its own after the final newline.
+        note = f" (attempt {job.attempts} of {limit}: no attempts left)"
+        return discard(job, error.rstrip() + note)
+    return Settlement(job, "available", _seconds(delay), 0, clip_error(error))
 
 
 def failure(
@@ -135,10 +133,17 @@ def failure(
 
 def describe_exception(exc: BaseException) -> str:
     """The error text kept in last_error: the exception and a trimmed traceback."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS // 4] + "\n...\n" + text[-(MAX_ERROR_CHARS * 3 // 4) :]
-    return text
+    return clip_error("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def clip_error(text: str) -> str:
+    """At most MAX_ERROR_CHARS: the start and, above all, the end, where a traceback names the
+    exception and its message."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    marker = "\n...\n"
+    head = MAX_ERROR_CHARS // 4
+    return text[:head] + marker + text[-(MAX_ERROR_CHARS - head - len(marker)) :]
 
 
 def settlement_for(

@@ -285,6 +285,9 @@ class PendingRequeue:
     worker_id: str
     reason: str
     pool: str
+    # Jobs the child was running when it died (from its board); its other jobs were only
+    # claimed, and get their attempt back.
+    spent: list[int] = field(default_factory=list)
     since: float = field(default_factory=time.monotonic)
 
 
@@ -317,6 +320,7 @@ class Requeuer(Service):
                 conn,
                 item.worker_id,
                 item.reason,
+                spent=item.spent,
                 max_attempts=config.max_attempts_overrides(),
                 history=config.history.enabled,
             ),
@@ -327,22 +331,43 @@ class Requeuer(Service):
         self.host.counters.requeued_after_crash += len(moved) - len(discarded)
         self.host.counters.discarded_after_crash += len(discarded)
         for m in moved:
-            log.warning(
-                "job %s (%s) on queue %s %s after attempt %s: %s",
-                m.id,
-                m.kind,
-                m.queue,
-                "discarded (no attempts left)" if m.state == "discarded" else "requeued",
-                m.attempts,
-                item.reason,
-                extra={
-                    "job_id": m.id,
-                    "kind": m.kind,
-                    "queue": m.queue,
-                    "attempt": m.attempts,
-                    "pool": item.pool,
-                },
-            )
+            fields = {
+                "job_id": m.id,
+                "kind": m.kind,
+                "queue": m.queue,
+                "attempt": m.attempts,
+                "pool": item.pool,
+            }
+            if m.id not in item.spent:
+                log.info(
+                    "job %s (%s) on queue %s given back without spending an attempt "
+                    "(claimed, not running): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.state == "discarded":
+                log.error(
+                    "job %s (%s) on queue %s discarded after attempt %s (no attempts left): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    m.attempts,
+                    item.reason,
+                    extra=fields,
+                )
+            else:
+                log.warning(
+                    "job %s (%s) on queue %s requeued after attempt %s: %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    m.attempts,
+                    item.reason,
+                    extra=fields,
+                )
         return True
 
 

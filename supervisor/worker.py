@@ -99,9 +99,12 @@ class Worker:
         self.jobs_run = 0
         self.last_memory_check = 0.0
         self.woke_from_idle = False
+        self.recycle: ChildExit | None = None
         self.in_hand: Job | None = None
         self.unstarted: list[Job] = []
         self.queues = WeightedQueues(self.pool.queues)
+        self.queue_names = list(self.pool.queues)
+        self.hint: str | None = None
         self.executor = Executor(
             config=spec.config,
             pool=self.pool.name,
@@ -266,19 +269,44 @@ class Worker:
             return False  # cannot confirm ownership: behave as if lost
 
     def _claim(self, limit: int) -> list[Job]:
-        """Claim from the queue the weights pick, falling through to the others when empty."""
+        """Claim from the queue the weights pick, falling through to the others when empty.
+        Outcomes still waiting to be written go in the same round trip as the first claim."""
         assert self.conn is not None
         self.board.set_state(State.CLAIMING)
-        for queue in self.queues.order():
+        config = self.spec.config
+
+        def send(conn: psycopg.Connection[Any], queue: str) -> psycopg.Cursor[Any]:
+            return jobs_api.send_claim(
+                conn,
+                queue,
+                worker=self.spec.worker_id,
+                limit=limit,
+                lease_seconds=config.lease.duration,
+            )
+
+        # Woken for a particular queue: try it first, outside the weighted rotation (an idle
+        # child is not taking anyone's share).
+        hint, self.hint = self.hint, None
+        order = (
+            [hint, *(q for q in self.queue_names if q != hint)]
+            if hint is not None
+            else self.queues.order()
+        )
+        for queue in order:
             started = time.perf_counter()
             try:
-                jobs = jobs_api.claim(
-                    self.conn,
-                    queue,
-                    worker=self.spec.worker_id,
-                    limit=limit,
-                    lease_seconds=self.spec.config.lease.duration,
-                )
+                if self.results:
+                    cursor = self.results.write(
+                        self.conn,
+                        self.board,
+                        self.pool.name,
+                        config.history.enabled,
+                        then=lambda conn, q=queue: send(conn, q),
+                    )
+                    assert cursor is not None
+                else:
+                    cursor = send(self.conn, queue)
+                jobs = jobs_api.claimed_jobs(cursor)
             except psycopg.OperationalError as exc:
                 log.warning(
                     "%s#%s: claim from queue %s failed: %s",
@@ -352,6 +380,13 @@ class Worker:
     # -- limits ----------------------------------------------------------------------------
 
     def _recycle_reason(self) -> ChildExit | None:
+        """Whether this child should leave to be replaced; once decided, it stays decided
+        (the memory check is rate-limited and would not say it twice)."""
+        if self.recycle is None:
+            self.recycle = self._check_limits()
+        return self.recycle
+
+    def _check_limits(self) -> ChildExit | None:
         max_jobs = self.spec.max_jobs
         if max_jobs is not None and self.jobs_run >= max_jobs:
             log.info(
@@ -384,10 +419,9 @@ class Worker:
 
     def _loop_inline(self) -> int:
         while not self.draining:
-            if self.results:
-                self._write_results()  # an outcome the database refused earlier, again
             reason = self._recycle_reason()
             if reason is not None:
+                self._write_results()
                 return reason
             claimed = self._claim(self.pool.batch)
             if claimed:
@@ -410,9 +444,10 @@ class Worker:
             self.in_hand = None
             self.results.add(job, settlement)
             self.jobs_run += 1
-            if self.results.due():
+            # Outcomes that have waited long enough are written before the next job; after the
+            # batch's last job they travel with the next claim, which follows at once.
+            if self.unstarted and self.results.due():
                 self._write_results()
-        self._write_results()
 
     def _release_unstarted(self) -> None:
         for job in self.unstarted:
@@ -437,7 +472,8 @@ class Worker:
             if fd != self.spec.wake_fd:
                 _drain(fd)
         if self.spec.wake_fd in ready:
-            _drain(self.spec.wake_fd)
+            hints = [b for b in _read_all(self.spec.wake_fd) if 0 < b <= len(self.queue_names)]
+            self.hint = self.queue_names[hints[-1] - 1] if hints else None
             self.woke_from_idle = True
 
     def _leave_orphaned(self) -> int:
@@ -553,7 +589,14 @@ class Worker:
         return exit_code
 
 
-def _drain(fd: int) -> None:
+def _read_all(fd: int) -> bytes:
+    """Everything waiting on a non-blocking pipe."""
+    chunks = []
     with contextlib.suppress(BlockingIOError, OSError):
-        while os.read(fd, 4096):
-            pass
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _drain(fd: int) -> None:
+    _read_all(fd)

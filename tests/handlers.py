@@ -136,3 +136,8 @@ def retry_soon(*, job: JobContext) -> None:
     _record(job)
     if job.attempt == 1:
         raise Retry(0.1, "try again soon")
+
+
+def record_queue(*, job: JobContext, **_: Any) -> None:
+    """Records which queue each execution came from (the event column holds it)."""
+    _record(job, job.queue)

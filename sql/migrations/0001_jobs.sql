@@ -32,9 +32,12 @@ CREATE TABLE pgq.jobs (
     CONSTRAINT jobs_kind_check CHECK (kind <> ''),
     CONSTRAINT jobs_queue_check CHECK (queue <> ''),
     CONSTRAINT jobs_attempts_check CHECK (attempts >= 0 AND max_attempts >= 1),
+    -- A job holds a lease (fence, owner, expiry) exactly while it runs. So a write that matches
+    -- (id, lease_id) proves the job is still running and still ours, and needs no condition on
+    -- state, which would steer generic plans onto the small jobs_lease index (see complete).
+    CONSTRAINT jobs_fenced_iff_running CHECK ((state = 'running') = (lease_id IS NOT NULL)),
     CONSTRAINT jobs_running_is_leased CHECK (
-        state <> 'running'
-        OR (lease_id IS NOT NULL AND locked_by IS NOT NULL AND lease_until IS NOT NULL)
+        state <> 'running' OR (locked_by IS NOT NULL AND lease_until IS NOT NULL)
     )
 ) WITH (
     -- Free space in every page lets lease renewals be HOT updates that touch no index.

@@ -46,6 +46,20 @@ def mentioning(path: Path) -> list[psutil.Process]:
     return found
 
 
+BUSY_CLIENT = "import psycopg, sys; psycopg.connect(sys.argv[1]).execute(sys.argv[2])"
+ACTIVE_QUERIES = (
+    "SELECT coalesce(string_agg(query, ';'), '') FROM pg_stat_activity"
+    " WHERE pid <> pg_backend_pid()"
+)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
 def assert_gone(data_dir: Path) -> None:
     assert mentioning(data_dir) == []
     assert processes_in(data_dir) == []
@@ -149,6 +163,32 @@ def test_lifecycle(workdir: Path, servers: Factory) -> None:
     assert_gone(data)
     pg.stop()
     twin.stop()
+
+
+def test_start_after_kill_ends_busy_orphans(
+    workdir: Path, servers: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A backend deep in a CPU-bound query does not notice its postmaster's death, and a new
+    # postmaster refuses to start beside it; start() waits a grace period, then kills it.
+    monkeypatch.setattr(embedded, "_ORPHAN_GRACE", 0.5)
+    data = workdir / "data"
+    pg = servers(data)
+    dsn = pg.start()
+    busy_query = "SELECT count(*) FROM generate_series(1, 10000000000)"
+    busy = subprocess.Popen(
+        [sys.executable, "-c", BUSY_CLIENT, dsn, busy_query],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: busy_query in scalar(dsn, ACTIVE_QUERIES), timeout=10)
+        pg.kill()
+        assert processes_in(data)  # the busy backend outlives its postmaster
+        assert pg.start() == dsn
+        assert scalar(dsn, "SELECT 1") == 1
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def test_stale_pid_file_naming_another_live_process(workdir: Path, servers: Factory) -> None:

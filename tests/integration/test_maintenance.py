@@ -113,23 +113,18 @@ def test_replay_by_id_kind_queue_and_age(conn: psycopg.Connection[Any]) -> None:
     b = _dead(conn, "pdf", "pdf", 10)
     c = _dead(conn, "hook", "webhooks", 10)
     d = _dead(conn, "hook", "webhooks", 1)
-    assert [i for i, _ in m.replay(conn, m.ReplayFilter(ids=[a]))] == [a]
-    assert sorted(
-        i
-        for i, _ in m.replay(
-            conn,
-            m.ReplayFilter(
-                kind="hook", finished_before=datetime.now(timezone.utc) - timedelta(days=5)
-            ),
-        )
-    ) == [c]
-    assert m.replay(conn, m.ReplayFilter(queue="nothing-here")) == []
+    assert m.replay(conn, m.ReplayFilter(ids=[a])).ids == [a]
+    old_hooks = m.ReplayFilter(
+        kind="hook", finished_before=datetime.now(timezone.utc) - timedelta(days=5)
+    )
+    assert m.replay(conn, old_hooks).ids == [c]
+    assert m.replay(conn, m.ReplayFilter(queue="nothing-here")) == m.Replayed([], [])
     rows = {i: (s, n) for i, s, n in conn.execute("SELECT id, state, attempts FROM pgq.jobs")}
     assert rows[a] == ("available", 0) and rows[c] == ("available", 0)
     assert rows[b] == ("discarded", 10) and rows[d] == ("discarded", 10)
     with pytest.raises(ValueError, match="needs ids"):
         m.replay(conn, m.ReplayFilter())
-    assert sorted(i for i, _ in m.replay(conn, m.ReplayFilter(everything=True))) == [b, d]
+    assert sorted(m.replay(conn, m.ReplayFilter(everything=True)).ids) == [b, d]
 
 
 def test_history_partitions_are_created_ahead_and_dropped(conn: psycopg.Connection[Any]) -> None:
@@ -163,3 +158,44 @@ def test_queue_stats(conn: psycopg.Connection[Any]) -> None:
     stats = {s.queue: s for s in m.queue_stats(conn)}
     assert (stats["a"].available, stats["a"].scheduled, stats["a"].running) == (2, 1, 1)
     assert stats["b"].discarded == 1
+
+
+def test_replay_skips_a_dead_letter_whose_unique_key_is_held_again(
+    conn: psycopg.Connection[Any],
+) -> None:
+    older = conn.execute(
+        "INSERT INTO pgq.jobs (kind, state, unique_key, finished_at) VALUES "
+        "('k', 'discarded', 'sync:1', now() - interval '2 hours') RETURNING id"
+    ).fetchone()[0]
+    newer = conn.execute(
+        "INSERT INTO pgq.jobs (kind, state, unique_key, finished_at) VALUES "
+        "('k', 'discarded', 'sync:1', now() - interval '1 hour') RETURNING id"
+    ).fetchone()[0]
+    held = conn.execute(
+        "INSERT INTO pgq.jobs (kind, state, unique_key, finished_at) VALUES "
+        "('k', 'discarded', 'sync:2', now()) RETURNING id"
+    ).fetchone()[0]
+    enqueue(conn, "k", unique_key="sync:2")  # the key is held again by a waiting job
+    plain = _dead(conn, "k", "default", 1)
+    result = m.replay(conn, m.ReplayFilter(kind="k"))
+    assert sorted(result.ids) == sorted([newer, plain])  # one per key, none that duplicates
+    assert sorted(result.held) == sorted([(older, "sync:1"), (held, "sync:2")])
+    states = dict(conn.execute("SELECT id, state FROM pgq.jobs").fetchall())
+    assert states[older] == "discarded" and states[held] == "discarded"
+
+
+def test_requeue_counts_the_attempt_only_of_the_job_that_was_running(
+    conn: psycopg.Connection[Any],
+) -> None:
+    ids = enqueue_many(conn, [NewJob("k", {"n": n}, max_attempts=1) for n in range(3)])
+    running, *claimed = claim(conn, "default", worker="dead", limit=3)
+    moved = {j.id: j for j in m.requeue_worker(conn, "dead", "killed", spent=[running.id])}
+    assert sorted(moved) == sorted(ids)
+    assert moved[running.id].state == "discarded"  # out of attempts: it may be the killer
+    rows = {
+        i: (s, a, e)
+        for i, s, a, e in conn.execute("SELECT id, state, attempts, last_error FROM pgq.jobs")
+    }
+    assert rows[running.id] == ("discarded", 1, "killed")
+    for job in claimed:  # only claimed: the attempt comes back, no error is pinned on them
+        assert rows[job.id] == ("available", 0, None)

@@ -77,14 +77,14 @@ def test_jobs_table_storage_settings(conn: psycopg.Connection[Any]) -> None:
     assert "autovacuum_vacuum_scale_factor=0.01" in options
 
 
-def _positional(statement: str) -> tuple[str, int]:
+def _positional(statement: str) -> tuple[str, list[str]]:
     """Rewrite %(name)s placeholders as $n so the statement can be PREPAREd server-side."""
     names: dict[str, int] = {}
 
     def number(match: re.Match[str]) -> str:
         return f"${names.setdefault(match.group(1), len(names) + 1)}"
 
-    return re.sub(r"%\((\w+)\)s", number, statement), len(names)
+    return re.sub(r"%\((\w+)\)s", number, statement), list(names)
 
 
 def test_every_named_query_prepares_against_the_migrated_schema(

@@ -81,10 +81,18 @@ class Supervisor:
         wait_for(lambda: text in self.log(), timeout, what=f"log line {text!r}\n{self.log()}")
 
     def children(self) -> list[psutil.Process]:
+        """Live children; a child that exited but is not yet reaped does not count."""
         try:
-            return psutil.Process(self.pid).children()
+            found = psutil.Process(self.pid).children()
         except psutil.NoSuchProcess:
             return []
+        live = []
+        for child in found:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    child.cmdline()  # still readable: not gone in between
+                    live.append(child)
+        return live
 
     def wait_children(self, n: int, timeout: float = 30.0) -> list[psutil.Process]:
         return wait_for(

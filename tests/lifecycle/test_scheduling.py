@@ -1,0 +1,302 @@
+"""How children choose and hold work: weights, batches, leases, timeouts, wake-ups, and several
+supervisors on one database. Real supervisors, real signals."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import psycopg
+
+from supervisor import NewJob, enqueue, enqueue_many
+from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
+
+
+def _enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return enqueue_many(conn, jobs)
+
+
+WEIGHTED = """
+handlers:
+  record_queue: tests.handlers:record_queue
+pools:
+  mixed:
+    processes: 2
+    queues: {flood: %d, trickle: 1}
+"""
+
+
+def _share_of_trickle(dsn: str, pids: set[int] | None, first: int) -> float:
+    rows = query(dsn, "SELECT event, pid FROM test_ledger ORDER BY at")
+    events = [event for event, pid in rows if pids is None or pid in pids][:first]
+    assert len(events) == first
+    return events.count("trickle") / first
+
+
+def test_a_flooded_queue_does_not_starve_a_lighter_one(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    _enqueue(
+        ledger,
+        [NewJob("record_queue", queue="flood", priority=100) for _ in range(5000)]
+        + [NewJob("record_queue", queue="trickle") for _ in range(200)],
+    )
+    sup = supervisor(WEIGHTED % 3).start()
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM test_ledger") >= 400,
+        timeout=60,
+        what="400 executions",
+    )
+    # Weights 3:1 -> the trickle queue gets one claim in four while both have work.
+    share = _share_of_trickle(ledger, None, 400)
+    assert 0.20 <= share <= 0.30, share
+
+    # The operator raises the flood's weight and sends SIGHUP: new children, smaller share.
+    old = {c.pid for c in sup.children()}
+    sup.config.write_text(WEIGHTED % 9)
+    sup.send(signal.SIGHUP)
+    new = wait_for(
+        lambda: (pids := {c.pid for c in sup.children()} - old) and len(pids) == 2 and pids,
+        what="new children",
+    )
+    wait_for(
+        lambda: (
+            scalar(ledger, "SELECT count(*) FROM test_ledger WHERE pid = ANY(%s)", (list(new),))
+            >= 300
+        ),
+        timeout=60,
+        what="300 executions after reload",
+    )
+    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE queue = 'trickle'") > 0
+    share = _share_of_trickle(ledger, new, 300)
+    assert 0.05 <= share <= 0.16, share  # 1 in 10
+    assert sup.stop() == 0
+
+
+def test_drain_gives_back_a_batch_without_spending_attempts(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    ids = _enqueue(ledger, [NewJob("sleep", {"seconds": 1.5}) for _ in range(8)])
+    sup = supervisor("""
+        handlers: {sleep: tests.handlers:sleep}
+        pools:
+          pdf: {processes: 1, batch: 8, queues: {default: 1}}
+    """).start()
+    wait_for(lambda: scalar(ledger, "SELECT count(*) FROM test_ledger") >= 1, what="first start")
+    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'running'") == 8
+    sup.send(signal.SIGTERM)
+    assert sup.wait(30) == 0
+    (first,) = query(ledger, "SELECT DISTINCT job_id FROM test_ledger")
+    assert query(ledger, "SELECT event FROM test_ledger ORDER BY at") == [
+        ("started",),
+        ("finished",),
+    ]
+    rows = query(ledger, "SELECT id, state, attempts FROM pgq.jobs ORDER BY id")
+    assert [r[0] for r in rows] == sorted(set(ids) - {first[0]})
+    assert {(r[1], r[2]) for r in rows} == {("available", 0)}
+    assert "gave back 7 claimed jobs it had not started" in sup.log()
+
+
+def test_a_dead_childs_jobs_return_at_once_and_only_the_running_one_pays(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    ids = _enqueue(ledger, [NewJob("sleep", {"seconds": 60}) for _ in range(4)])
+    sup = supervisor("""
+        handlers: {sleep: tests.handlers:sleep}
+        pools:
+          pdf: {processes: 1, batch: 4, queues: {default: 1}}
+        lease: {duration: 5m}
+    """).start()
+    started = wait_for(lambda: query(ledger, "SELECT pid, job_id FROM test_ledger"), what="start")
+    victim, running = started[0]
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    # The lease has five minutes to go; the master knows its child died and does not wait.
+    wait_for(
+        lambda: (
+            scalar(
+                ledger,
+                "SELECT count(*) FROM pgq.jobs WHERE locked_by IS NULL OR locked_by NOT LIKE %s",
+                (f"%:{victim}:%",),
+            )
+            == 4
+        ),
+        timeout=10,
+        interval=0.02,
+        what="jobs back",
+    )
+    assert time.monotonic() - killed < 3.0
+    # The job that was running when the child died keeps its attempt (it may be what killed
+    # it); the three claimed behind it never started and get theirs back.
+    log = sup.log()
+    assert f"job {running} (sleep) on queue default requeued after attempt 1" in log
+    given_back = re.findall(
+        r"job (\d+) \(sleep\) on queue default given back without "
+        r"spending an attempt",
+        log,
+    )
+    assert sorted(map(int, given_back)) == sorted(set(ids) - {running})
+    assert scalar(ledger, "SELECT last_error FROM pgq.jobs WHERE id = %s", (running,)).endswith(
+        "killed by SIGKILL (perhaps out of memory?)"
+    )
+    sup.stop()
+
+
+def test_a_long_cpu_job_keeps_its_lease_while_its_child_lives(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    (_job_id,) = _enqueue(ledger, [NewJob("busy", {"seconds": 6})])
+    sup = supervisor("""
+        handlers: {busy: tests.handlers:busy}
+        pools:
+          cpu: {processes: 1, queues: {default: 1}}
+        lease: {duration: 2s, renew_every: 500ms}
+        rescue: {interval: 1s}
+        log: {level: debug}
+    """).start()
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM test_ledger WHERE event = 'finished'") == 1,
+        timeout=30,
+        what="job finished",
+    )
+    wait_for(lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, what="completed")
+    assert query(ledger, "SELECT DISTINCT attempt FROM test_ledger") == [(1,)]
+    log = sup.log()
+    assert log.count("rescuer: running") >= 3  # the rescuer ran during the job...
+    assert "lease expired" not in log  # ...and never took it
+    assert "lease lost" not in log
+    sup.stop()
+
+
+def test_a_stuck_handler_is_killed_at_its_timeout_and_retried(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    (job_id,) = _enqueue(ledger, [NewJob("sleep", {"seconds": 60}, max_attempts=2)])
+    sup = supervisor("""
+        handlers: {sleep: tests.handlers:sleep}
+        pools:
+          main: {processes: 1, queues: {default: 1}}
+        jobs:
+          sleep: {timeout: 1s, backoff: {base: 100ms, cap: 200ms}}
+    """).start()
+    wait_for(
+        lambda: (
+            scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (job_id,)) == "discarded"
+        ),
+        timeout=40,
+        what="discarded after two timeouts",
+    )
+    starts = query(
+        ledger, "SELECT attempt, pid FROM test_ledger WHERE event = 'started' ORDER BY at"
+    )
+    assert [a for a, _ in starts] == [1, 2]
+    assert starts[0][1] != starts[1][1]  # the first child was stopped and replaced
+    error = scalar(ledger, "SELECT last_error FROM pgq.jobs WHERE id = %s", (job_id,))
+    assert "timed out after 1s" in error
+    assert f"job {job_id} (sleep) exceeded its timeout of 1s" in sup.log()
+    sup.stop()
+
+
+def test_idle_children_wake_within_milliseconds_of_the_commit(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor("""
+        handlers: {record: tests.handlers:record}
+        pools:
+          main: {processes: 2, queues: {default: 1}, poll_interval: 10s}
+    """).start()
+    sup.wait_children(2)
+    time.sleep(1.0)  # let both children settle into their idle wait
+    latencies = []
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        for _ in range(10):
+            with conn.transaction():
+                job_id = enqueue(conn, "record")
+            (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+            started: datetime = wait_for(
+                lambda j=job_id: scalar(
+                    ledger, "SELECT min(at) FROM test_ledger WHERE job_id = %s", (j,)
+                ),
+                timeout=5,
+                interval=0.005,
+                what="pickup",
+            )
+            latencies.append((started - committed).total_seconds())
+            time.sleep(0.2)
+    # Polling every 5-10 s cannot explain this; the NOTIFY wake-up does.
+    assert statistics.median(latencies) < 0.1, latencies
+    assert max(latencies) < 1.0, latencies
+    sup.stop()
+
+
+def test_a_delayed_job_starts_within_a_second_of_its_run_at(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor("""
+        handlers: {record: tests.handlers:record}
+        pools:
+          main: {processes: 1, queues: {default: 1}}
+    """).start()
+    sup.wait_children(1)
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        job_id = enqueue(conn, "record", delay=2.0)
+        (run_at,) = conn.execute("SELECT run_at FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone()
+    started = wait_for(
+        lambda: scalar(ledger, "SELECT min(at) FROM test_ledger"),
+        timeout=10,
+        what="delayed job ran",
+    )
+    assert 0 <= (started - run_at).total_seconds() < 1.2
+    sup.stop()
+
+
+def test_two_supervisors_share_the_work_and_one_rescuer(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    ids = _enqueue(ledger, [NewJob("sleep", {"seconds": 0.01}) for _ in range(600)])
+    yaml_text = """
+        handlers: {sleep: tests.handlers:sleep}
+        pools:
+          main: {processes: 2, queues: {default: 1}}
+        rescue: {interval: 1s}
+        log: {level: debug}
+    """
+    first = supervisor(yaml_text).start()
+    second = supervisor(yaml_text).start()
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, timeout=60, what="all done"
+    )
+    time.sleep(4)  # a few more rescue intervals with both running
+    assert first.stop() == 0 and second.stop() == 0
+    runs = query(
+        ledger, "SELECT job_id, count(*) FROM test_ledger WHERE event = 'finished' GROUP BY job_id"
+    )
+    assert sorted(j for j, _ in runs) == sorted(ids)
+    assert {n for _, n in runs} == {1}  # no job completed twice
+    by_pid = dict(query(ledger, "SELECT pid, count(*) FROM test_ledger GROUP BY pid"))
+    parents = {first.pid: 0, second.pid: 0}
+    for pid, n in by_pid.items():
+        for sup in (first, second):
+            if re.search(rf"spawned main#\d \(pid {pid}\)", sup.log()):
+                parents[sup.pid] += n
+    assert all(n > 0 for n in parents.values()), parents  # both did work
+    stamps = sorted(_rescue_times(first.log()) + _rescue_times(second.log()))
+    assert len(stamps) >= 3
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert min(gaps) >= 0.85, gaps  # exactly one rescuer per interval across both hosts
+
+
+def _rescue_times(log: str) -> list[float]:
+    times = []
+    for line in log.splitlines():
+        if "rescuer: running" in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
+            times.append(stamp.timestamp())
+    return times
