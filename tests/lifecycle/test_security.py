@@ -1,4 +1,5 @@
-"""Security: a least-privilege role runs the real supervisor, and its password shows nowhere.
+"""Security: a least-privilege role runs the real supervisor, and its password shows nowhere
+(process titles, sessions, logs, metrics, the output of the verbs).
 
 Runs on a server of the test's own with password authentication (the machine's server trusts
 everyone, and roles are global to a server: creating LOGIN roles there is not ours to do).
@@ -7,8 +8,10 @@ everyone, and roles are global to a server: creating LOGIN roles there is not ou
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +64,14 @@ def _titles(sup: Supervisor) -> list[str]:
     return titles
 
 
+def _scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return None
+
+
 def test_worker_role_runs_the_supervisor_and_cannot_change_the_schema(
     server: EmbeddedPostgres, tmp_path: Path
 ) -> None:
@@ -70,11 +81,14 @@ def test_worker_role_runs_the_supervisor_and_cannot_change_the_schema(
     with psycopg.connect(dsn, autocommit=True) as conn:
         ids = enqueue_many(conn, [NewJob("record") for _ in range(30)])
         (crash,) = enqueue_many(conn, [NewJob("crash", {"how": "exit"})])
-    sup = Supervisor(tmp_path, dsn, CONFIG)
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        port = sock.getsockname()[1]
+    sup = Supervisor(tmp_path, dsn, CONFIG + f"metrics: {{port: {port}}}\n")
     try:
         sup.start()
         sup.wait_children(2)
         titles = _titles(sup)
+        metrics = wait_for(lambda: _scrape(port), 20, what="metrics")
         sessions = query(
             server.dsn,
             "SELECT application_name, coalesce(query, '') FROM pg_stat_activity "
@@ -98,9 +112,10 @@ def test_worker_role_runs_the_supervisor_and_cannot_change_the_schema(
     # The password shows nowhere: process titles, sessions, the log.
     assert titles and all(t.startswith("pgq-supervisor: ") for t in titles), titles
     assert any(name.startswith("pgq-supervisor") for name, _ in sessions), sessions
-    for text in [*titles, *(f"{a} {q}" for a, q in sessions), sup.log()]:
+    for text in [*titles, *(f"{a} {q}" for a, q in sessions), sup.log(), metrics]:
         assert PASSWORD not in text
     assert "discarded" in sup.log()  # the log has the crash in it, scrubbed
+    assert "pgq_" in metrics
 
     # And it cannot change the schema.
     forbidden = [
