@@ -68,7 +68,18 @@ def _check_name(what: str, value: object) -> str:
         )
     if "\x00" in value:
         raise EnqueueError(f"{what} contains a NUL character")
+    if not _encodable(value):
+        raise EnqueueError(f"{what} is not valid Unicode (it holds a lone surrogate)")
     return value
+
+
+def _encodable(text: str) -> bool:
+    """Whether text can travel as UTF-8: a lone surrogate (from a bad decode) cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _int(what: str, value: object) -> int:
@@ -92,6 +103,11 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
         raise EnqueueError(
             f"job {kind!r}: args contain a NUL character (\\u0000), which PostgreSQL's jsonb "
             "cannot store; encode binary data (base64) first"
+        )
+    if not _encodable(text):
+        raise EnqueueError(
+            f"job {kind!r}: args are not valid Unicode (a string holds a lone surrogate, "
+            "often from decoding bytes with errors='surrogateescape')"
         )
     size = len(text.encode("utf-8"))
     if size > limit:

@@ -62,6 +62,9 @@ class Results:
     done: list[Job] = field(default_factory=list)
     settled: list[outcomes.Settlement] = field(default_factory=list)
     oldest: float | None = None
+    # After the database refused an outcome (a trigger, a constraint), when to try it again.
+    retry_at: float = 0.0
+    retry_delay: float = 0.0
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -77,6 +80,10 @@ class Results:
     def due(self) -> bool:
         return self.oldest is not None and time.monotonic() - self.oldest >= FLUSH_AFTER
 
+    def ready(self) -> bool:
+        """False while an outcome the database refused waits out its delay."""
+        return time.monotonic() >= self.retry_at
+
     def write(
         self,
         conn: psycopg.Connection[Any],
@@ -87,40 +94,114 @@ class Results:
     ) -> psycopg.Cursor[Any] | None:
         """Write every outcome, fenced, in one round trip and one transaction; ``then`` (the
         next claim) travels in the same pipeline, so a batch costs a single commit. Raises on
-        database errors with nothing cleared, so the caller can reconnect and write again.
-        Returns the cursor ``then`` produced."""
-        with conn.pipeline():
-            done = jobs_api.send_complete(conn, self.done, history=history) if self.done else None
-            settled = (
-                jobs_api.send_settle(conn, self.settled, history=history) if self.settled else None
-            )
-            after = then(conn) if then is not None else None
-        lost: list[Job] = []
-        if done is not None:
-            finished = jobs_api.fenced(done, self.done)
-            board.count(Counter.COMPLETED, len(finished.kept))
-            lost.extend(finished.lost)
-        if settled is not None:
-            result = jobs_api.fenced(settled, [s.job for s in self.settled])
-            kept = {j.id for j in result.kept}
-            for s in self.settled:
-                if s.job.id in kept:
-                    _count_settlement(board, s)
-                    _log_settlement(s, pool)
-            lost.extend(result.lost)
-        for job in lost:
-            board.count(Counter.LOST)
-            log.warning(
-                "lease lost, result dropped: job %s (%s) on queue %s was given to another "
-                "worker while attempt %s ran here",
+        connection errors with nothing cleared, so the caller can reconnect and write again.
+        An outcome the database refuses (a trigger, a constraint) holds up neither the others
+        nor the claim: it stays here, tried again after a growing delay. Returns the cursor
+        ``then`` produced."""
+        if not self.ready():
+            return then(conn) if then is not None else None
+        try:
+            with conn.pipeline():
+                done = (
+                    jobs_api.send_complete(conn, self.done, history=history) if self.done else None
+                )
+                settled = (
+                    jobs_api.send_settle(conn, self.settled, history=history)
+                    if self.settled
+                    else None
+                )
+                after = then(conn) if then is not None else None
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            self._write_one_by_one(conn, board, pool, history)
+            return then(conn) if then is not None else None
+        _tally(
+            board,
+            pool,
+            jobs_api.fenced(done, self.done) if done is not None else None,
+            self.settled,
+            jobs_api.fenced(settled, [s.job for s in self.settled])
+            if settled is not None
+            else None,
+        )
+        self.done, self.settled, self.oldest = [], [], None
+        self.retry_delay = 0.0
+        return after
+
+    def _write_one_by_one(
+        self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool
+    ) -> None:
+        refused: list[tuple[Job, outcomes.Settlement | None, psycopg.Error]] = []
+        pending = [(j, None) for j in self.done] + [(s.job, s) for s in self.settled]
+        try:
+            while pending:
+                job, settlement = pending[0]
+                try:
+                    if settlement is None:
+                        _tally(board, pool, jobs_api.complete(conn, [job], history=history))
+                    else:
+                        result = jobs_api.settle(conn, [settlement], history=history)
+                        _tally(board, pool, None, [settlement], result)
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as exc:
+                    refused.append((job, settlement, exc))
+                pending.pop(0)
+        finally:
+            # Written ones are gone; an outage mid-way leaves the rest for after a reconnect.
+            left = [(j, s) for j, s, _ in refused] + pending
+            self.done = [job for job, s in left if s is None]
+            self.settled = [s for _, s in left if s is not None]
+        if not refused:
+            self.oldest, self.retry_delay = None, 0.0
+            return
+        self.retry_delay = min(max(1.0, self.retry_delay * 2), 30.0)
+        self.retry_at = time.monotonic() + self.retry_delay
+        for job, _, exc in refused:
+            log.error(
+                "the database refused the outcome of job %s (%s) on queue %s, attempt %s: %s; "
+                "the job stays claimed, trying again in %.0fs",
                 job.id,
                 job.kind,
                 job.queue,
                 job.attempts,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                self.retry_delay,
                 extra=job_fields(job, pool),
             )
-        self.done, self.settled, self.oldest = [], [], None
-        return after
+
+
+def _tally(
+    board: Board,
+    pool: str,
+    finished: jobs_api.Fenced | None,
+    settled: list[outcomes.Settlement] | None = None,
+    result: jobs_api.Fenced | None = None,
+) -> None:
+    """Count what fenced writes kept, and say which results were dropped."""
+    lost: list[Job] = []
+    if finished is not None:
+        board.count(Counter.COMPLETED, len(finished.kept))
+        lost.extend(finished.lost)
+    if result is not None:
+        kept = {j.id for j in result.kept}
+        for s in settled or []:
+            if s.job.id in kept:
+                _count_settlement(board, s)
+                _log_settlement(s, pool)
+        lost.extend(result.lost)
+    for job in lost:
+        board.count(Counter.LOST)
+        log.warning(
+            "lease lost, result dropped: job %s (%s) on queue %s was given to another "
+            "worker while attempt %s ran here",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            extra=job_fields(job, pool),
+        )
 
 
 def _count_settlement(board: Board, s: outcomes.Settlement) -> None:

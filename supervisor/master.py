@@ -287,12 +287,21 @@ class Master:
             recycled = RECYCLE_KINDS.get(reason.child_exit)
             if recycled is not None:
                 self.counters.recycle(child.pool, recycled)
+            # A drained child holds nothing it knows of, but it may hold a claim it never heard
+            # of (the connection died as the claim committed) or an outcome the database
+            # refused: nobody renews those leases now, so give them back at once.
+            self.requeuer.add(
+                PendingRequeue(
+                    child.worker_id, f"worker {label} {what} still holding it", child.pool
+                )
+            )
         else:
             log.error("%s %s", label, what, extra=extra)
             running = [job.job_id for job in child.board.running_jobs()]
             self.requeuer.add(
                 PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool, running)
             )
+        self.kill_leftovers(child, label)
         if self.metrics is not None:
             self.metrics.absorb(child)
         slot = self.slot_of(child)
@@ -304,6 +313,20 @@ class Master:
             if delay > 0 and not self.stopping:
                 log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
         child.close()
+
+    def kill_leftovers(self, child: Child, label: str) -> None:
+        """Nothing outlives its child: a handler's subprocess still in the child's process
+        group (it ignored the TERM of a timeout kill, or its parent was SIGKILLed) would run on
+        with nobody left to stop it. The group's id cannot be reused while a member lives."""
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        log.warning(
+            "%s left processes behind in its process group; killed them",
+            label,
+            extra={"pool": child.pool},
+        )
 
     def check_boot_loop(self, pool: str) -> None:
         runtime = self.pools[pool]

@@ -342,7 +342,7 @@ class Worker:
     def _write_results(self) -> None:
         """Write outcomes, retrying through database outages: a finished job must not be
         recorded as lost just because the database blinked."""
-        while self.results:
+        while self.results and self.results.ready():
             if self.conn is None and not self._reconnect():
                 if self.orphaned:
                     return
@@ -366,16 +366,16 @@ class Worker:
                     return
                 self._reconnect()
             except psycopg.Error as exc:
+                # Not an outage: something refused a write (Results.write kept what it could
+                # not record, and logged it). Carry on with other work; retried later.
                 log.error(
-                    "%s#%s: recording job outcomes failed: %s; retrying in 1s",
+                    "%s#%s: recording job outcomes failed: %s",
                     self.pool.name,
                     self.spec.slot,
                     exc,
                     extra={"pool": self.pool.name},
                 )
-                if self.orphaned:
-                    return
-                self._sleep(1.0)
+                return
 
     # -- limits ----------------------------------------------------------------------------
 
@@ -552,7 +552,7 @@ class Worker:
                     self.board.set_state(State.RUNNING)
                     continue
             wait = self.pool.poll_interval if free > 0 else 1.0
-            if self.results:
+            if self.results and self.results.ready():
                 wait = min(wait, 0.02)
             if in_flight:
                 self.board.set_state(State.RUNNING)

@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS test_ledger (
 
 def _db() -> psycopg.Connection[Any]:
     pid = os.getpid()
-    if pid not in _conn:
+    # A new connection after the old one broke (a database restart in a fault test).
+    if pid not in _conn or _conn[pid].closed:
         _conn[pid] = psycopg.connect(os.environ["PGQ_DSN"], autocommit=True)
     return _conn[pid]
 
@@ -71,6 +72,38 @@ def hang_native(seconds: float, *, job: JobContext) -> None:
     _record(job, "started")
     libc = ctypes.CDLL(None)
     libc.sleep(int(seconds))
+
+
+def hang_lock(*, job: JobContext) -> None:
+    """Stuck for good in native code: a thread locking a default pthread mutex it already
+    holds waits in the kernel, which restarts the wait after any signal handler; no Python
+    code runs again, so only SIGKILL ends it."""
+    _record(job, "started")
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+
+
+def spawn_and_hang(seconds: float, *, job: JobContext) -> None:
+    """A renderer that started a helper ignoring SIGTERM, then hung."""
+    import subprocess
+
+    helper = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 120"])
+    _db().execute(
+        "INSERT INTO test_ledger (job_id, attempt, pid, event) VALUES (%s, %s, %s, 'helper')",
+        (job.id, job.attempt, helper.pid),
+    )
+    _record(job, "started")
+    time.sleep(seconds)
+
+
+def hog(megabytes: int, seconds: float = 60.0, *, job: JobContext) -> None:
+    """Takes far more memory than it should within one job, then keeps running."""
+    _record(job, "started")
+    held = b"x" * (megabytes << 20)  # written, not just reserved: it counts in USS
+    time.sleep(seconds)
+    del held
 
 
 def leak(megabytes_per_job: int = 64, *, job: JobContext) -> None:

@@ -1,0 +1,147 @@
+"""Bad input: hostile and malformed YAML through the real CLI, and job arguments that cannot be
+stored. Everything is refused with a clear message before anything runs or is written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from supervisor import EnqueueError, NewJob, enqueue, enqueue_many
+from supervisor.enqueue import MAX_ARGS_BYTES
+
+ROOT = Path(__file__).resolve().parents[2]
+VALID = "handlers: {k: tests.handlers:noop}\npools: {p: {queues: {q: 1}}}\n"
+
+
+def _laughs(levels: int = 9) -> str:
+    """A billion-laughs value: nine aliases of nine aliases of ... nine strings, as one flow
+    sequence (expanded, it would hold 9**10 strings)."""
+    items = ['&l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels + 1):
+        items.append(f"&l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]")
+    return "[" + ", ".join(items) + "]"
+
+
+def _cli(path: Path, *verb: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "-c", str(path), *verb],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        # A database nobody listens on: a config that got past validation would fail with 1.
+        env={**os.environ, "PGQ_DSN": "postgresql://nobody@127.0.0.1:1/none"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (VALID.replace("{q: 1}", '{q: 1}, processes: "two"'), "pools.p.processes"),
+        (VALID.replace("{q: 1}", "{q: 1}, processes: 99999999999999999999999"), "processes"),
+        (VALID.replace("{q: 1}", "{q: 1}, batch: 1e400"), "pools.p.batch"),
+        (VALID.replace("{q: 1}", "{q: 1}, memory_limit: 9999999TiB"), "memory_limit"),
+        (VALID + "shutdown_timeout: 1e308s\n", "shutdown_timeout"),
+        (VALID.replace("{q: 1}", "{q: -5}"), "pools.p.queues.q"),
+        (VALID + "frobnicate: 1\n", "frobnicate: unknown key"),
+        (VALID + "jobs: {k: {timeout: [1, 2]}}\n", "jobs.k.timeout"),
+        (VALID.replace("tests.handlers:noop", "'os.system; rm -rf /'"), "handlers.k"),
+        ("handlers: [1, 2\n", "line"),
+        ("\x00\xff\xfe garbage", ""),
+        ("", ""),
+        ("- just\n- a list\n", ""),
+        (VALID + f"bomb: {_laughs()}\n", "bomb: unknown key"),
+        (VALID.replace("{q: 1}", f"{{q: 1}}, max_jobs: {_laughs()}"), "pools.p.max_jobs"),
+        (VALID.replace("{q: 1}", f"{_laughs()}"), "pools.p.queues"),
+    ],
+)
+def test_malformed_yaml_exits_2_before_anything_runs(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, errors="surrogateescape")
+    for verb in ([], ["check"]):
+        result = _cli(path, *verb)
+        assert result.returncode == 2, (verb, result.stdout, result.stderr)
+        assert expected in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+HOSTILE = [
+    VALID + "metrics: TAG\n",
+    "handlers: {k: tests.handlers:noop}\npools: {p: {queues: {q: 1}, processes: TAG}}\n",
+    "handlers: {k: TAG}\npools: {p: {queues: {q: 1}}}\n",
+    VALID + "database: {dsn: TAG}\n",
+    "TAG\n",
+]
+
+
+@pytest.mark.parametrize("where", HOSTILE)
+@pytest.mark.parametrize(
+    "tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system"]
+)
+def test_python_tags_are_refused_and_never_run(tmp_path: Path, where: str, tag: str) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "hostile.yaml"
+    path.write_text(where.replace("TAG", f'{tag} ["touch {marker}"]'))
+    for verb in ([], ["check"]):
+        result = _cli(path, *verb)
+        assert result.returncode == 2, result.stderr
+        assert f"YAML tag '{tag}' is not allowed" in result.stderr
+    assert not marker.exists()
+
+
+# -- job arguments ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (b"not a mapping", "args must be a JSON object"),
+        (["a", "list"], "args must be a JSON object"),
+        ('{"a": "json string"}', "args must be a JSON object"),
+        ({"when": object()}, "not JSON-serialisable"),
+        ({"x": float("nan")}, "not JSON-serialisable"),
+        ({"x": float("inf")}, "not JSON-serialisable"),
+        ({1j: "complex key"}, "not JSON-serialisable"),
+        ({"nested": {"deep": ["a\x00b"]}}, "NUL character"),
+        ({"key\x00": 1}, "NUL character"),
+        ({"x": "\ud800"}, "not valid Unicode"),
+        ({"\udcff": 1}, "not valid Unicode"),
+        ({"x": "a" * MAX_ARGS_BYTES}, f"the limit is {MAX_ARGS_BYTES} bytes"),
+        ({"x": "é" * (MAX_ARGS_BYTES // 2)}, f"the limit is {MAX_ARGS_BYTES} bytes"),
+    ],
+)
+def test_args_that_cannot_be_stored_are_refused_clearly(
+    conn: psycopg.Connection[Any], args: Any, message: str
+) -> None:
+    with pytest.raises(EnqueueError, match=message):
+        enqueue(conn, "k", args)
+    with pytest.raises(EnqueueError, match=message):
+        enqueue_many(conn, [NewJob("k", {}), NewJob("k", args)])
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+def test_args_just_under_the_limit_are_stored(conn: psycopg.Connection[Any]) -> None:
+    overhead = len('{"x":""}')
+    args = {"x": "a" * (MAX_ARGS_BYTES - overhead)}
+    job_id = enqueue(conn, "k", args)
+    stored = conn.execute("SELECT args->>'x' FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert stored is not None and len(stored[0]) == MAX_ARGS_BYTES - overhead
+    with pytest.raises(EnqueueError, match="the limit is"):
+        enqueue(conn, "k", {"x": args["x"] + "a"})
+
+
+@pytest.mark.parametrize("name", ["\ud800", "a\x00b", "", " ", "q" * 201])
+def test_bad_kind_and_queue_names_are_refused(conn: psycopg.Connection[Any], name: str) -> None:
+    with pytest.raises(EnqueueError):
+        enqueue(conn, name, {})
+    with pytest.raises(EnqueueError):
+        enqueue(conn, "k", {}, queue=name)
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
