@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import psutil
 import psycopg
 
 from . import jobs as jobs_api
@@ -49,7 +50,7 @@ PR_SET_PDEATHSIG = 1
 # After the master dies, the kernel kills a child that has not left within this many seconds,
 # even one stuck in native code.
 ORPHAN_GRACE = 5
-MEMORY_CHECK_EVERY = 1.0
+MEMORY_CHECK_EVERY = 0.25
 RECONNECT_MAX_DELAY = 5.0
 
 
@@ -98,6 +99,7 @@ class Worker:
         self.results = Results()
         self.jobs_run = 0
         self.last_memory_check = 0.0
+        self.process = psutil.Process()
         self.woke_from_idle = False
         self.recycle: ChildExit | None = None
         self.in_hand: Job | None = None
@@ -398,11 +400,20 @@ class Worker:
             )
             return ChildExit.MAX_JOBS_RECYCLE
         limit = self.pool.memory_limit
+        if limit is None:
+            return None
+        # RSS (a read of /proc/self/statm) is cheap and never below USS, so it screens every
+        # job; USS, which walks the page tables, is measured only once RSS is over the limit,
+        # and then at most every MEMORY_CHECK_EVERY (RSS also counts pages shared with the
+        # master, so it can sit above the limit for good).
+        rss = self.process.memory_info().rss
+        self.board.set_memory(rss)
         now = time.monotonic()
-        if limit is not None and now - self.last_memory_check >= MEMORY_CHECK_EVERY:
+        if rss > limit and now - self.last_memory_check >= MEMORY_CHECK_EVERY:
             self.last_memory_check = now
-            used = memory.over_limit(limit)
-            self.board.set_memory(used or memory.rss())
+            uss = memory.uss()
+            self.board.set_memory(uss)
+            used = uss if uss > limit else None
             if used is not None:
                 log.warning(
                     "%s#%s recycling: memory %d MiB is above the soft limit of %d MiB",

@@ -106,10 +106,11 @@ def hog(megabytes: int, seconds: float = 60.0, *, job: JobContext) -> None:
     del held
 
 
-def leak(megabytes_per_job: int = 64, *, job: JobContext) -> None:
+def leak(megabytes_per_job: int = 64, pause: float = 0.0, *, job: JobContext) -> None:
     """Keeps what it allocates, like a handler with a growing cache."""
     _record(job)
     _leaked.append(bytearray(os.urandom(1024)) * (megabytes_per_job * 1024))
+    time.sleep(pause)
 
 
 _leaked: list[bytearray] = []

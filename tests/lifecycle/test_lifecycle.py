@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -288,3 +289,53 @@ def test_password_never_shows_in_titles_or_logs(
     assert not any(secret in t for t in titles)
     assert sup.stop() == 0
     assert secret not in sup.log()
+
+
+def test_a_leaking_handler_is_recycled_at_the_soft_limit_between_jobs(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    leaks = [NewJob("leak", {"megabytes_per_job": 24, "pause": 0.3}) for _ in range(8)]
+    ids = _enqueue(ledger, leaks)
+    sup = supervisor("""
+        handlers:
+          leak: tests.handlers:leak
+        pools:
+          main:
+            processes: 1
+            queues: {default: 1}
+            memory_limit: 64MiB
+            memory_hard_limit: 1GiB
+    """).start()
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0,
+        timeout=60,
+        what="all jobs done",
+    )
+    log = sup.log()
+    assert "recycling: memory" in log and "above the soft limit of 64 MiB" in log
+    assert "recycled: soft memory limit reached" in log
+    # Recycled between jobs: every job ran exactly once, first time, across several children.
+    runs = query(ledger, "SELECT job_id, attempt, pid FROM test_ledger")
+    assert sorted(j for j, _, _ in runs) == sorted(ids)
+    assert {a for _, a, _ in runs} == {1}
+    assert len({p for _, _, p in runs}) >= 2
+    assert sup.stop() == 0
+
+
+def test_json_logs_carry_the_job_fields(supervisor: Callable[..., Supervisor], ledger: str) -> None:
+    (job_id,) = _enqueue(ledger, [NewJob("crash", {"how": "exit"}, max_attempts=1)])
+    sup = supervisor(BASIC, args=["--log-format", "json"]).start()
+    wait_for(
+        lambda: (
+            scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (job_id,)) == "discarded"
+        ),
+        what="job discarded",
+    )
+    assert sup.stop() == 0
+    lines = [json.loads(line) for line in sup.log().splitlines() if line.startswith("{")]
+    assert lines and all({"ts", "level", "logger", "pid", "msg"} <= set(e) for e in lines)
+    about_job = [e for e in lines if e.get("job_id") == job_id]
+    assert about_job, lines
+    assert {(e["kind"], e["queue"], e["attempt"], e["pool"]) for e in about_job} == {
+        ("crash", "default", 1, "main")
+    }
