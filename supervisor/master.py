@@ -305,12 +305,14 @@ class Master:
         if self.metrics is not None:
             self.metrics.absorb(child)
         slot = self.slot_of(child)
-        if slot is not None and not self.stopping:
+        if slot is not None and self.stopping:
+            slot.child = None  # its board is closed below; nothing may read it through the slot
+        elif slot is not None:
             self.counters.restart(child.pool, reason.metric_label)
             delay = slot.child_exited(child, reason)
             if slot.failed_boots:
                 self.check_boot_loop(child.pool)
-            if delay > 0 and not self.stopping:
+            if delay > 0:
                 log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
         child.close()
 

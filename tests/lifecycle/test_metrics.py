@@ -178,6 +178,11 @@ def test_counters_survive_a_killed_child(
     )
     assert "stopping" in body
     assert get(port, "/livez")[0] == 200
+    # The idle child has drained and been reaped by now; the sleeper's still runs. The master
+    # must keep answering about both (it once read the reaped child's closed board here).
+    time.sleep(0.5)
+    assert get(port, "/readyz")[0] == 503
+    assert get(port, "/metrics")[0] == 200
     assert sup.wait(30) == 0
 
 

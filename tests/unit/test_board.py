@@ -1,0 +1,28 @@
+"""The status board: what a child writes is what the master reads; a closed board is unreadable
+(so the master must drop every reference to a reaped child's board)."""
+
+import pytest
+
+from supervisor.board import Board, Counter, State
+
+
+def test_what_the_child_writes_the_master_reads() -> None:
+    board = Board(threads=2)
+    board.set_state(State.RUNNING)
+    board.set_ready()
+    board.count(Counter.COMPLETED, 3)
+    board.observe_claim(0.0007)
+    board.observe_job(2.0)
+    board.job_started(1, 42, 7, 0, 10.0)
+    assert board.state == State.RUNNING and board.ready
+    assert board.counter(Counter.COMPLETED) == 3
+    buckets, total = board.claim_histogram()
+    assert sum(buckets) == 1 and total == pytest.approx(0.0007)
+    (job,) = board.running_jobs()
+    assert (job.thread, job.job_id, job.lease_id, job.kind_index) == (1, 42, 7, 0)
+    assert job.deadline is not None and job.deadline - job.started == pytest.approx(10.0)
+    board.job_finished(1)
+    assert board.running_jobs() == []
+    board.close()
+    with pytest.raises(ValueError):
+        _ = board.ready
