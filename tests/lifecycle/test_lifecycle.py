@@ -79,7 +79,7 @@ def test_sigterm_during_work_loses_nothing_and_exits_0(
 def test_child_killed_mid_job_is_replaced_and_the_job_runs_again(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:
-    (job_id,) = _enqueue(ledger, [NewJob("sleep", {"seconds": 30})])
+    (job_id,) = _enqueue(ledger, [NewJob("sleep", {"seconds": 3})])
     sup = supervisor(BASIC).start()
     victim = wait_for(
         lambda: query(ledger, "SELECT pid FROM test_ledger WHERE job_id = %s", (job_id,)),
