@@ -52,7 +52,6 @@ _STATE = 0
 _CLAIM_SECONDS = 12  # double: sum of claim round-trip seconds
 _JOB_SECONDS = 13  # double: sum of handler seconds
 _MEMORY = 14  # bytes, last measured by the child
-_STATE_SINCE = 15  # double: wall-clock time the state last changed
 _CLAIM_BUCKETS_AT = 16
 _JOB_BUCKETS_AT = 36
 
@@ -80,14 +79,11 @@ class Board:
         self._map = mmap.mmap(-1, (HEADER_WORDS + THREAD_WORDS * threads) * WORD)
         self._u = memoryview(self._map).cast("Q")
         self._d = memoryview(self._map).cast("d")
-        self._d[_STATE_SINCE] = time.time()
 
     # -- written by the child --------------------------------------------------------------
 
     def set_state(self, state: State) -> None:
-        if self._u[_STATE] != state:
-            self._u[_STATE] = state
-            self._d[_STATE_SINCE] = time.time()
+        self._u[_STATE] = state
 
     def set_ready(self) -> None:
         self._u[_READY] = 1
@@ -133,10 +129,6 @@ class Board:
     @property
     def state(self) -> State:
         return State(self._u[_STATE])
-
-    @property
-    def state_since(self) -> float:
-        return self._d[_STATE_SINCE]
 
     @property
     def ready(self) -> bool:

@@ -6,7 +6,7 @@ periodic services can log counts and stay silent when nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -95,15 +95,19 @@ def rescue(
     batch: int = RESCUE_BATCH,
     max_attempts: Mapping[str, int] | None = None,
     history: bool = False,
+    only_if: Callable[[psycopg.Connection[Any]], bool] | None = None,
 ) -> list[Moved] | None:
     """Rescue every expired lease, in bounded batches, under the rescuer's advisory lock.
 
-    Returns None when another rescuer holds the lock (it is doing this work right now).
+    Returns None when another rescuer holds the lock (it is doing this work right now), or
+    when ``only_if``, asked while the lock is held, says not to run this time.
     ``conn`` must be an autocommit session: the lock is held by the session.
     """
     if not try_lock(conn, locks.RESCUE):
         return None
     try:
+        if only_if is not None and not only_if(conn):
+            return None
         moved: list[Moved] = []
         while True:
             chunk = rescue_batch(conn, limit=batch, max_attempts=max_attempts, history=history)

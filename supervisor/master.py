@@ -100,6 +100,7 @@ class Master:
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
         self.services: list[Service] = []
+        self.title = ""
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -534,7 +535,10 @@ class Master:
 
     def update_title(self) -> None:
         state = "stopping" if self.stopping else "running"
-        proctitle.set_title(proctitle.master_title(self.config.path, len(self.children), state))
+        title = proctitle.master_title(self.config.path, len(self.children), state)
+        if title != self.title:  # every turn of the loop would rewrite it otherwise
+            proctitle.set_title(title)
+            self.title = title
 
     def sleep(self) -> None:
         now = time.monotonic()

@@ -38,11 +38,3 @@ def group_uss(pid: int) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return total
-
-
-def over_limit(limit: int, pid: int | None = None) -> int | None:
-    """The USS in bytes when it is above ``limit``, else None (cheap when well under it)."""
-    if rss(pid) <= limit:
-        return None
-    used = uss(pid)
-    return used if used > limit else None

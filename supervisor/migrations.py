@@ -55,10 +55,6 @@ def available() -> list[Migration]:
     return found
 
 
-def latest_version() -> int:
-    return available()[-1].version
-
-
 def applied_versions(conn: psycopg.Connection[Any]) -> set[int]:
     exists = conn.execute("SELECT to_regclass('pgq.schema_migrations') IS NOT NULL").fetchone()
     if not exists or not exists[0]:

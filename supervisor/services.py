@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol
@@ -140,28 +139,23 @@ class Rescuer(Service):
             ", ".join(f"{m.kind} job {m.id} ({m.queue})" for m in moved[:10]),
         )
 
-    def _rescue(self, conn: psycopg.Connection[Any]) -> list[maintenance.Moved]:
+    def _rescue(self, conn: psycopg.Connection[Any]) -> list[maintenance.Moved] | None:
         config = self.host.config
-        if not maintenance.try_lock(conn, locks.RESCUE):
-            return []
-        try:
-            if not _claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
-                return []
-            self.host.counters.rescuer_runs += 1
-            log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
-            moved: list[maintenance.Moved] = []
-            while True:
-                chunk = maintenance.rescue_batch(
-                    conn,
-                    limit=config.rescue.batch,
-                    max_attempts=config.max_attempts_overrides(),
-                    history=config.history.enabled,
-                )
-                moved.extend(chunk)
-                if len(chunk) < config.rescue.batch:
-                    return moved
-        finally:
-            maintenance.unlock(conn, locks.RESCUE)
+        return maintenance.rescue(
+            conn,
+            batch=config.rescue.batch,
+            max_attempts=config.max_attempts_overrides(),
+            history=config.history.enabled,
+            only_if=self._our_turn,
+        )
+
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once per interval across every supervisor on the database, not once per host."""
+        if not _claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+            return False
+        self.host.counters.rescuer_runs += 1
+        log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
+        return True
 
 
 class Purger(Service):
@@ -369,12 +363,3 @@ class Requeuer(Service):
                     extra=fields,
                 )
         return True
-
-
-def every(services: list[Service]) -> Callable[[float], float]:
-    """Seconds until the next service is due (for the master's sleep)."""
-
-    def until_next(now: float) -> float:
-        return max(0.0, min((s.next_due for s in services), default=1.0) - now)
-
-    return until_next
