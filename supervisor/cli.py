@@ -162,7 +162,7 @@ def migrate_verb(ctx: Context) -> int:
     applied = None
     # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
     # of leaving the server we started running.
-    with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
+    with stoppable_startup(), database(ctx) as dsn:
         applied = migrate(dsn)
     if applied is None:
         return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
@@ -192,7 +192,7 @@ def run(ctx: Context) -> int:
         except MetricsError as exc:
             print(f"pgq-supervisor: {exc}", file=sys.stderr)
             return MasterExit.ERROR
-    with stoppable_startup(), database(ctx, start_embedded=True) as dsn:
+    with stoppable_startup(), database(ctx) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
             for m in migrate(dsn):
@@ -245,18 +245,17 @@ def signals_held() -> Iterator[list[str]]:
 
 
 @contextlib.contextmanager
-def database(ctx: Context, *, start_embedded: bool) -> Iterator[str]:
-    """The DSN to use; with none configured, an embedded server that lives as long as this."""
+def database(ctx: Context) -> Iterator[str]:
+    """The DSN to use; with none configured, the embedded server: one already running on the
+    data folder, or one started here that lives as long as this."""
     dsn = explicit_dsn(ctx.args, ctx.config)
     if dsn:
         yield dsn
         return
     server = _embedded(ctx.config)
     running = server.find_running(ctx.config.database.embedded_dir)
-    if running is not None or not start_embedded:
-        if running is None:
-            raise UsageError("no database configured and no embedded server running")
-        yield running
+    if running is not None:
+        yield running  # another process started it, and stops it
         return
     log.info(
         "no database configured: starting an embedded PostgreSQL in %s",
