@@ -98,9 +98,8 @@ def test_child_killed_mid_job_is_replaced_and_the_job_runs_again(
     )
     assert rerun[0][0] != victim
     sup.wait_children(2)
-    log = sup.log()
-    assert f"(pid {victim}) killed by SIGKILL (perhaps out of memory?)" in log
-    assert f"job {job_id} (sleep) on queue default requeued after attempt 1" in log
+    sup.wait_log(f"(pid {victim}) killed by SIGKILL (perhaps out of memory?)")
+    sup.wait_log(f"job {job_id} (sleep) on queue default requeued after attempt 1")
     assert sup.stop() == 0
 
 
@@ -138,7 +137,7 @@ def test_master_session_survives_children_starting_and_dying(
     )
     assert master_backend() == [(backend,)]
     # The session still works: it just requeued a job for the crashed child.
-    assert "discarded after attempt 1 (no attempts left)" in sup.log()
+    sup.wait_log("discarded after attempt 1 (no attempts left)")
     assert sup.stop() == 0
 
 
