@@ -537,3 +537,21 @@ SELECT pg_try_advisory_lock(%(key)s);
 -- name: advisory_unlock
 -- Releases a session advisory lock this session holds.
 SELECT pg_advisory_unlock(%(key)s);
+
+-- name: vacuum_due
+-- How many dead rows pgq.jobs holds (every consumed job leaves one, and its entry at the head
+-- of the claim index, which each claim steps over until VACUUM removes it), and whether this
+-- role may vacuum the table: its owner or a superuser, or on PostgreSQL 17 and later a role
+-- granted MAINTAIN (%(maintain)s says whether the server knows that privilege).
+SELECT coalesce(s.n_dead_tup, 0) AS dead_rows,
+       pg_has_role(c.relowner, 'USAGE')
+           OR CASE WHEN %(maintain)s THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+           AS allowed
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = 'pgq.jobs'::regclass;
+
+-- name: vacuum_jobs
+-- Sent without waiting for it (the master's loop must not block), on a connection of its own.
+-- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.
+VACUUM (SKIP_LOCKED) pgq.jobs;

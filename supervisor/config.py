@@ -32,6 +32,7 @@ from .config_types import (
     PoolConfig,
     PurgeConfig,
     RescueConfig,
+    VacuumConfig,
 )
 from .config_yaml import Reader, SyntaxProblem, compose, describe
 
@@ -48,6 +49,7 @@ __all__ = [
     "PoolConfig",
     "PurgeConfig",
     "RescueConfig",
+    "VacuumConfig",
     "load_config",
     "parse_config",
 ]

@@ -37,6 +37,7 @@ from .config_types import (
     PoolConfig,
     PurgeConfig,
     RescueConfig,
+    VacuumConfig,
 )
 from .config_yaml import Bad, Reader
 from .units import format_duration, format_size
@@ -60,6 +61,7 @@ TOP_KEYS = (
     "lease",
     "rescue",
     "purge",
+    "vacuum",
     "history",
     "metrics",
     "log",
@@ -90,6 +92,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         lease=_lease(top.section("lease", "duration, renew_every")),
         rescue=_rescue(top.section("rescue", "interval, batch")),
         purge=_purge(top.section("purge", "at, discarded_after, batch")),
+        vacuum=_vacuum(top.section("vacuum", "enabled, interval, dead_rows")),
         history=_history(top.section("history", "enabled, keep")),
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
@@ -275,6 +278,15 @@ def _purge(s: Section) -> PurgeConfig:
         at=s.get("at", clock, time(3, 0)),
         discarded_after=s.get("discarded_after", duration(MAX_RETENTION), 14 * DAY),
         batch=s.get("batch", integer(1, MAX_BATCH), 5000),
+    )
+
+
+def _vacuum(s: Section) -> VacuumConfig:
+    s.only("enabled", "interval", "dead_rows")
+    return VacuumConfig(
+        enabled=s.get("enabled", boolean, True),
+        interval=s.get("interval", duration(MAX_DURATION), 10.0),
+        dead_rows=s.get("dead_rows", integer(1, 1_000_000_000), 10_000),
     )
 
 

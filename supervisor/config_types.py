@@ -95,6 +95,13 @@ class RescueConfig:
 
 
 @dataclass(frozen=True)
+class VacuumConfig:
+    enabled: bool = True
+    interval: float = 10.0  # how often the dead-row count is checked
+    dead_rows: int = 10_000  # vacuum pgq.jobs once it holds this many dead rows
+
+
+@dataclass(frozen=True)
 class PurgeConfig:
     at: time = time(3, 0)
     discarded_after: float = 14 * DAY
@@ -130,6 +137,7 @@ class Config:
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     rescue: RescueConfig = field(default_factory=RescueConfig)
     purge: PurgeConfig = field(default_factory=PurgeConfig)
+    vacuum: VacuumConfig = field(default_factory=VacuumConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)

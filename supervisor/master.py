@@ -37,6 +37,7 @@ from .services import (
     Service,
     TimeoutWatch,
 )
+from .vacuum import QueueVacuum
 
 if TYPE_CHECKING:
     from .config import Config, PoolConfig
@@ -99,6 +100,7 @@ class Master:
         self.exit_code = MasterExit.OK
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
+        self.vacuum = QueueVacuum(self, self.selector)
         self.services: list[Service] = []
         self.title = ""
 
@@ -172,6 +174,9 @@ class Master:
             Registry(self, 5.0),
             self.requeuer,
         ]
+        self.vacuum.configure(config.vacuum)
+        if config.vacuum.enabled:
+            self.services.append(self.vacuum)
         if self.metrics is not None:
             self.services.extend(self.metrics.services(self))
         purger = self.services[2]
@@ -214,7 +219,7 @@ class Master:
         fds = [self._signal_r, self._signal_w]
         with contextlib.suppress(Exception):
             fds.append(self.selector.fileno())  # type: ignore[attr-defined]
-        for db in (self.db, self.listener):
+        for db in (self.db, self.listener, self.vacuum):
             fd = db.fileno()
             if fd is not None:
                 fds.append(fd)
@@ -524,6 +529,7 @@ class Master:
         from . import registry
 
         self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
+        self.vacuum.close()
         self.db.close()
         self.listener.close()
         if self.metrics is not None:
@@ -558,6 +564,8 @@ class Master:
                 self.read_notifications()
             elif isinstance(data, Child):
                 self.read_child_report(data)
+            elif data is self.vacuum:
+                self.vacuum.on_readable()
             elif self.metrics is not None:
                 self.metrics.handle(key)
 

@@ -54,6 +54,7 @@ class Host(Protocol):
 
     db: MasterDatabase
     config: Config
+    dsn: str
     supervisor_id: str
     counters: MasterCounters
     kinds: list[str]

@@ -93,6 +93,9 @@ def test_every_named_query_prepares_against_the_migrated_schema(
     """PREPARE parses, resolves every table, column and function, and types every parameter:
     a query that drifted from the schema fails here rather than in production."""
     for name, statement in all_queries().items():
+        if statement.startswith("VACUUM"):
+            conn.execute(statement)  # a utility statement cannot be PREPAREd; run it instead
+            continue
         positional, _ = _positional(statement)
         try:
             conn.execute(f"PREPARE check_{name} AS {positional}")

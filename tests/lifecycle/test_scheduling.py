@@ -300,6 +300,41 @@ def test_two_supervisors_share_the_work_and_one_rescuer(
     assert min(gaps) >= 0.85, gaps  # exactly one rescuer per interval across both hosts
 
 
+def test_the_master_vacuums_the_queue_table_when_dead_rows_pile_up(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        conn.execute("ALTER TABLE pgq.jobs SET (autovacuum_enabled = false)")  # ours alone
+    _enqueue(ledger, [NewJob("record") for _ in range(1000)])
+    sup = supervisor("""
+        handlers: {record: tests.handlers:record}
+        pools:
+          main: {processes: 2, batch: 10, queues: {default: 1}}
+        vacuum: {interval: 500ms, dead_rows: 300}
+    """).start()
+    wait_for(lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, what="drained")
+    sup.wait_log("vacuum: pgq.jobs vacuumed in")
+    assert (
+        scalar(
+            ledger,
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'pgq.jobs'::regclass",
+        )
+        >= 1
+    )
+    # The vacuum ran on a connection of its own, opened for it and closed after.
+    wait_for(
+        lambda: (
+            not query(
+                ledger,
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgq-supervisor vacuum'",
+            )
+        ),
+        timeout=10,
+        what="the vacuum's session gone",
+    )
+    assert sup.stop() == 0
+
+
 def _rescue_times(log: str) -> list[float]:
     times = []
     for line in log.splitlines():

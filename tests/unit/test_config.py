@@ -24,6 +24,7 @@ from supervisor.config import (
     PoolConfig,
     PurgeConfig,
     RescueConfig,
+    VacuumConfig,
     load_config,
     parse_config,
 )
@@ -95,6 +96,7 @@ shutdown_timeout: 45s
 lease: {duration: 90s, renew_every: 15s}
 rescue: {interval: 30s, batch: 200}
 purge: {at: "04:30", discarded_after: 30d, batch: 100}
+vacuum: {enabled: false, interval: 30s, dead_rows: 50000}
 history: {enabled: true, keep: 3d}
 metrics: {port: 9187, host: 0.0.0.0}
 log: {format: json, level: debug}
@@ -142,6 +144,7 @@ def test_full_config_parses_to_the_expected_dataclasses() -> None:
         lease=LeaseConfig(duration=90.0, renew_every=15.0),
         rescue=RescueConfig(interval=30.0, batch=200),
         purge=PurgeConfig(at=time(4, 30), discarded_after=30 * DAY, batch=100),
+        vacuum=VacuumConfig(enabled=False, interval=30.0, dead_rows=50_000),
         history=HistoryConfig(enabled=True, keep=3 * DAY),
         metrics=MetricsConfig(port=9187, host="0.0.0.0"),
         log=LogConfig(format="json", level="debug"),
@@ -161,6 +164,7 @@ def test_minimal_config_gets_the_documented_defaults() -> None:
     assert config.lease == LeaseConfig(60.0, 10.0)
     assert config.rescue == RescueConfig(60.0, 1000)
     assert config.purge == PurgeConfig(time(3, 0), 14 * DAY, 5000)
+    assert config.vacuum == VacuumConfig(True, 10.0, 10_000)
     assert config.history == HistoryConfig(False, 7 * DAY)
     assert config.metrics == MetricsConfig(None, "127.0.0.1")
     assert config.log == LogConfig("text", "info")
@@ -252,6 +256,7 @@ def test_unknown_key_without_a_close_match_lists_the_known_ones() -> None:
         ("jobs: {render_pdf: {tiemout: 5s}}\n", "jobs.render_pdf.tiemout"),
         ("jobs: {render_pdf: {backoff: {bsae: 1s}}}\n", "jobs.render_pdf.backoff.bsae"),
         ("rescue: {intervall: 5s}\n", "rescue.intervall"),
+        ("vacuum: {dead_row: 5}\n", "vacuum.dead_row"),
         ("purge: {att: '01:00'}\n", "purge.att"),
         ("history: {enable: true}\n", "history.enable"),
         ("metrics: {prot: 9000}\n", "metrics.prot"),

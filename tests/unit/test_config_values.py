@@ -158,6 +158,7 @@ def test_durations_accept_numbers_and_units() -> None:
         ("jobs: {render_pdf: {timeout: 0}}", "jobs.render_pdf.timeout", "must be more than zero"),
         ("purge: {discarded_after: 400d}", "purge.discarded_after", "must be at most 365d"),
         ("history: {keep: 0s}", "history.keep", "must be more than zero"),
+        ("vacuum: {interval: 0s}", "vacuum.interval", "must be more than zero"),
         ("lease: {duration: 31d}", "lease.duration", "must be at most 30d"),
     ],
 )
@@ -447,3 +448,8 @@ def test_a_section_that_is_not_a_mapping() -> None:
         "lease",
         "must be a mapping (duration, renew_every), got '60s'",
     )
+    assert problem(with_pool("vacuum: {dead_rows: 0}\n")) == (
+        "vacuum.dead_rows",
+        "must be a positive integer, got 0",
+    )
+    assert problem(with_pool("vacuum: {enabled: sometimes}\n"))[0] == "vacuum.enabled"

@@ -1,0 +1,158 @@
+"""The queue vacuum: a statement the master sends without waiting, and the service that decides
+when pgq.jobs needs a VACUUM."""
+
+from __future__ import annotations
+
+import selectors
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from supervisor import NewJob, claim, complete, enqueue_many, locks
+from supervisor.config import Config, parse_config
+from supervisor.database import MasterDatabase
+from supervisor.vacuum import PendingStatement, QueueVacuum
+
+CONFIG = """
+handlers: {noop: tests.handlers:noop}
+pools: {main: {queues: {default: 1}}}
+vacuum: {interval: 1s, dead_rows: 100}
+"""
+
+
+@dataclass
+class Host:
+    """The part of the master the vacuum uses."""
+
+    db: MasterDatabase
+    config: Config
+    dsn: str
+
+
+def _wait_done(selector: selectors.BaseSelector, on_readable: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for key, _ in selector.select(0.5):
+            if key.data is not None:
+                on_readable()
+        if not selector.get_map():
+            return
+    raise AssertionError("the statement did not finish")
+
+
+def test_a_pending_statement_returns_at_once_and_reports_through_its_socket(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sent = time.monotonic()
+        pending = PendingStatement(conn, "SELECT pg_sleep(1)")
+        assert time.monotonic() - sent < 0.5  # the caller did not wait for the sleep
+        finished = False
+        with selectors.DefaultSelector() as selector:
+            selector.register(pending.fileno(), selectors.EVENT_READ, pending)
+            while not finished:
+                assert time.monotonic() - sent < 30
+                for _key, _ in selector.select(0.5):
+                    finished = pending.poll()
+        assert time.monotonic() - sent >= 1.0
+        assert pending.error is None
+        # The connection is idle again and usable as usual.
+        assert conn.execute("SELECT 41 + 1").fetchone() == (42,)
+
+        failing = PendingStatement(conn, "SELECT 1 / 0")
+        while not failing.poll():
+            time.sleep(0.01)
+        assert failing.error is not None and "division by zero" in failing.error
+
+
+def _dead_rows(dsn: str, count: int) -> None:
+    """Leave ``count`` consumed jobs behind in pgq.jobs, as a drain does."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE pgq.jobs SET (autovacuum_enabled = false)")
+        enqueue_many(conn, [NewJob("noop") for _ in range(count)])
+        complete(conn, claim(conn, "default", worker="w", limit=count))
+        if conn.info.server_version >= 150000:
+            conn.execute("SELECT pg_stat_force_next_flush()")  # flushed as the statement ends
+
+
+def _stat(dsn: str, column: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT {column} FROM pg_stat_user_tables WHERE relid = 'pgq.jobs'::regclass"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _wait_for_stat(dsn: str, column: str, at_least: int) -> int:
+    """Statistics arrive when the backend that counted them flushes them."""
+    deadline = time.monotonic() + 15
+    while (value := _stat(dsn, column)) < at_least:
+        assert time.monotonic() < deadline, f"{column} stayed at {value}"
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture
+def vacuum(dsn: str) -> Iterator[tuple[QueueVacuum, selectors.BaseSelector]]:
+    config = parse_config(CONFIG, source="test.yaml")
+    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    with selectors.DefaultSelector() as selector:
+        service = QueueVacuum(Host(db, config, dsn), selector)
+        service.configure(config.vacuum)
+        yield service, selector
+        service.close()
+        db.close()
+
+
+def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
+    dsn: str, vacuum: tuple[QueueVacuum, selectors.BaseSelector]
+) -> None:
+    service, selector = vacuum
+    _dead_rows(dsn, 60)
+    # Each job leaves its deleted row (and the claim's old version).
+    dead = _wait_for_stat(dsn, "n_dead_tup", 60)
+    service.dead_rows = dead + 1
+    service.run_once()
+    assert service.pending is None  # one short of the threshold
+    service.dead_rows = dead
+    before = _stat(dsn, "vacuum_count")
+    service.run_once()
+    assert service.pending is not None
+    _wait_done(selector, service.on_readable)
+    assert service.runs == 1
+    assert _stat(dsn, "vacuum_count") == before + 1
+    assert _stat(dsn, "n_dead_tup") == 0
+
+
+def test_only_one_supervisor_vacuums_at_a_time(
+    dsn: str, vacuum: tuple[QueueVacuum, selectors.BaseSelector]
+) -> None:
+    service, _ = vacuum
+    _dead_rows(dsn, 150)
+    _wait_for_stat(dsn, "n_dead_tup", 100)
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", (locks.VACUUM,))
+        service.run_once()
+        assert service.pending is None  # the other one holds the lock
+        other.execute("SELECT pg_advisory_unlock(%s)", (locks.VACUUM,))
+    service.run_once()
+    assert service.pending is not None
+
+
+def test_a_vacuum_cut_short_at_stop_leaves_nothing_behind(
+    dsn: str, vacuum: tuple[QueueVacuum, selectors.BaseSelector]
+) -> None:
+    service, selector = vacuum
+    _dead_rows(dsn, 150)
+    _wait_for_stat(dsn, "n_dead_tup", 100)
+    service.run_once()
+    assert service.pending is not None
+    service.close()
+    assert service.pending is None and not selector.get_map()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Its session is gone, and the lock with it.
+        assert conn.execute("SELECT pg_try_advisory_lock(%s)", (locks.VACUUM,)).fetchone() == (
+            True,
+        )
