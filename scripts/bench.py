@@ -2,7 +2,8 @@
 database's own limit, on one server, in one run. Figures as text, then one JSON line.
 
     python scripts/bench.py [--dsn DSN] [--jobs 20000] [--batches 1,10,100] [--processes 2]
-                            [--repeats 3] [--only drain,pickup,...] [--no-peers]
+                            [--repeats 3] [--only drain,pickup,...,long] [--no-peers]
+                            [--long-jobs 300000]
 
 The DSN defaults to PGQ_BENCH_DSN, then the machine's PostgreSQL on 127.0.0.1:5432. Every
 scenario gets a fresh database (dropped afterwards). Throughput is timed from the database
@@ -32,7 +33,7 @@ from benchlib import limit as limit_mod
 from benchlib import ours, scenarios
 from benchlib.common import default_log_dir, median
 
-SCENARIOS = ("drain", "pickup", "history", "cpu", "enqueue", "footprint")
+SCENARIOS = ("drain", "pickup", "history", "cpu", "enqueue", "footprint", "long")
 PEERS = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}
 
 
@@ -217,6 +218,15 @@ def print_tables(report: dict[str, Any]) -> None:
             f"{median([c['pss_kib'] for c in busy['children']]) / 1024:.1f} MiB); "
             f"{f['connections_total']} database connections"
         )
+    if "long" in report:
+        lg = report["long"]
+        on, off = lg["vacuum"], lg["no_vacuum"]
+        print(
+            f"\nLong drain ({lg['jobs']:,} jobs, batch {lg['batch']}): vacuum service on "
+            f"{on['jobs_per_s']:,.0f} jobs/s ({on['vacuums']} vacuums, {on['autovacuums']} by "
+            f"autovacuum), off {off['jobs_per_s']:,.0f} jobs/s ({off['autovacuums']} by "
+            f"autovacuum); ratio {lg['ratio']:.2f}"
+        )
 
 
 def main() -> int:
@@ -233,6 +243,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--history-rows", type=int, default=1_000_000)
+    parser.add_argument("--long-jobs", type=int, default=300_000)
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     only = set(args.only.split(","))
@@ -273,6 +284,9 @@ def main() -> int:
     if "footprint" in only:
         say("footprint")
         report["footprint"] = scenarios.footprint(args.dsn, log_dir=log)
+    if "long" in only:
+        say(f"long drain, {args.long_jobs:,} jobs at batch 10, vacuum service on and off")
+        report["long"] = ours.long_drain(args.dsn, args.long_jobs, args.processes, 10, log_dir=log)
     report["seconds"] = round(time.monotonic() - started, 1)
     print_tables(report)
     print(json.dumps(report, default=str, separators=(",", ":")))

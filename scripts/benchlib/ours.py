@@ -55,6 +55,7 @@ def config_text(
     kind: str = "noop",
     handler: str = "benchlib.ours_handlers:noop",
     metrics_port: int | None = None,
+    vacuum: bool = True,
 ) -> str:
     metrics = f"metrics: {{port: {metrics_port}}}\n" if metrics_port else ""
     return (
@@ -67,6 +68,7 @@ def config_text(
             batch: {batch}
             queues: {{default: 1}}
         history: {{enabled: {str(history).lower()}}}
+        vacuum: {{enabled: {str(vacuum).lower()}}}
         log: {{level: warning}}
         """)
         + metrics
@@ -221,6 +223,43 @@ def drain(
         "processes": processes,
         "batch": batch,
         **result,
+    }
+
+
+VACUUMS = """
+SELECT vacuum_count, autovacuum_count FROM pg_stat_user_tables
+WHERE relid = 'pgq.jobs'::regclass
+"""
+
+
+def long_drain(dsn: str, jobs: int, processes: int, batch: int, *, log_dir: Path) -> dict[str, Any]:
+    """A drain long enough for consumed jobs to pile up as dead entries at the head of the
+    claim index, with the master's vacuum service on (the default) and off, back to back."""
+    runs: dict[str, Any] = {}
+    for vacuum in (True, False):
+        label = "vacuum" if vacuum else "no_vacuum"
+        with fresh_database(dsn, f"ours_long_{label}") as db:
+            _fill(db, jobs)
+            result = drain_with(
+                db,
+                jobs,
+                config_text(processes, batch, vacuum=vacuum),
+                log_dir=log_dir,
+                name=f"long-drain-{label}",
+                history=False,
+                timeout=3600.0,
+                poll=0.02,
+            )
+            with psycopg.connect(db, autocommit=True) as conn:
+                row = conn.execute(VACUUMS).fetchone()
+            result["vacuums"], result["autovacuums"] = row if row else (0, 0)
+        runs[label] = result
+    return {
+        "jobs": jobs,
+        "processes": processes,
+        "batch": batch,
+        **runs,
+        "ratio": round(runs["vacuum"]["jobs_per_s"] / runs["no_vacuum"]["jobs_per_s"], 3),
     }
 
 
