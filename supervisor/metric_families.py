@@ -237,6 +237,7 @@ def master_families(c: MasterCounters) -> list[Family]:
         ),
         ("pgq_purged_jobs_total", "Dead letters deleted by the nightly purge.", c.purged),
         ("pgq_rescuer_runs_total", "Rescuer passes this supervisor ran.", c.rescuer_runs),
+        ("pgq_vacuums_total", "VACUUMs of pgq.jobs this supervisor ran.", c.vacuums),
     ]
     singles = [Family(name, "counter", text).add(value) for name, text, value in simple]
     return [rescued, crashed, restarts, recycles, *singles]

@@ -41,6 +41,7 @@ class MasterCounters:
     restarts: dict[tuple[str, str], int] = field(default_factory=dict)
     recycles: dict[tuple[str, str], int] = field(default_factory=dict)
     rescuer_runs: int = 0
+    vacuums: int = 0
 
     def restart(self, pool: str, reason: str) -> None:
         self.restarts[(pool, reason)] = self.restarts.get((pool, reason), 0) + 1

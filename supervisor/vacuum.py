@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import selectors
 import time
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,8 @@ class PendingStatement:
         self.warnings: list[str] = []
         conn.add_notice_handler(self._notice)
         conn.pgconn.send_query(statement.encode())
-        conn.pgconn.flush()
+        while conn.pgconn.flush():  # a few bytes: a full socket buffer would be a surprise
+            select.select([], [conn.pgconn.socket], [], 1.0)
 
     def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
         if diagnostic.severity in ("WARNING", "ERROR") and diagnostic.message_primary:
@@ -93,7 +95,6 @@ class QueueVacuum(Service):
         self.started = 0.0
         self.dead_before = 0
         self.refused = False  # told once that this role may not vacuum the table
-        self.runs = 0
 
     def configure(self, config: VacuumConfig) -> None:
         """(Re)read the settings; a vacuum in flight carries on across a reload."""
@@ -176,7 +177,7 @@ class QueueVacuum(Service):
         if skipped:
             log.info("vacuum: %s", skipped)
             return
-        self.runs += 1
+        self.host.counters.vacuums += 1
         log.info("vacuum: pgq.jobs vacuumed in %.2fs (%d dead rows before)", took, self.dead_before)
 
     def close(self) -> None:

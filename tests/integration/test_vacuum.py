@@ -6,7 +6,7 @@ from __future__ import annotations
 import selectors
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -15,6 +15,7 @@ import pytest
 from supervisor import NewJob, claim, complete, enqueue_many, locks
 from supervisor.config import Config, parse_config
 from supervisor.database import MasterDatabase
+from supervisor.services import MasterCounters
 from supervisor.vacuum import PendingStatement, QueueVacuum
 
 CONFIG = """
@@ -31,6 +32,7 @@ class Host:
     db: MasterDatabase
     config: Config
     dsn: str
+    counters: MasterCounters = field(default_factory=MasterCounters)
 
 
 def _wait_done(selector: selectors.BaseSelector, on_readable: Any, timeout: float = 30) -> None:
@@ -121,7 +123,7 @@ def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
     service.run_once()
     assert service.pending is not None
     _wait_done(selector, service.on_readable)
-    assert service.runs == 1
+    assert service.host.counters.vacuums == 1
     assert _stat(dsn, "vacuum_count") == before + 1
     assert _stat(dsn, "n_dead_tup") == 0
 
