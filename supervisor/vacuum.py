@@ -27,7 +27,7 @@ import psycopg
 from psycopg import pq
 
 from . import locks, maintenance
-from .dsn import DatabaseError, connect
+from .dsn import DatabaseError, connect, scrub
 from .queries import query
 from .services import Service
 
@@ -43,9 +43,9 @@ MAINTAIN_PRIVILEGE_SINCE = 170000  # PostgreSQL 17 added GRANT MAINTAIN
 class PendingStatement:
     """One statement sent on a connection without waiting for its result.
 
-    ``send`` returns at once; when the connection's socket is readable, ``poll`` takes in what
-    arrived and returns True once the statement has finished (``error`` then says whether it
-    failed). Nothing here blocks, apart from the connection's own short writes.
+    Making one sends the statement and returns at once; whenever the connection's socket is
+    readable, ``poll`` takes in what arrived and returns True once the statement has finished
+    (``error`` then says whether it failed). Nothing here waits for the server.
     """
 
     def __init__(self, conn: psycopg.Connection[Any], statement: str) -> None:
@@ -110,27 +110,24 @@ class QueueVacuum(Service):
         row = self.host.db.run("vacuum check", self._check)
         if row is None:
             return
-        dead_rows, allowed = row
+        dead_rows, allowed, maintain = row
         if not allowed:
             if not self.refused:
                 log.warning(
                     "vacuum: this database role may not vacuum pgq.jobs (not its owner%s); "
                     "leaving it to autovacuum",
-                    "; GRANT MAINTAIN ON pgq.jobs allows it" if self._maintain() else "",
+                    "; GRANT MAINTAIN ON pgq.jobs allows it" if maintain else "",
                 )
                 self.refused = True
             return
         if dead_rows >= self.dead_rows:
             self._start(dead_rows)
 
-    def _maintain(self) -> bool:
-        conn = self.host.db.conn
-        return conn is not None and conn.info.server_version >= MAINTAIN_PRIVILEGE_SINCE
-
-    def _check(self, conn: psycopg.Connection[Any]) -> tuple[int, bool]:
+    def _check(self, conn: psycopg.Connection[Any]) -> tuple[int, bool, bool]:
+        """Dead rows, whether this role may vacuum, whether the server knows MAINTAIN."""
         maintain = conn.info.server_version >= MAINTAIN_PRIVILEGE_SINCE
         row = conn.execute(query("vacuum_due"), {"maintain": maintain}).fetchone()
-        return (int(row[0]), bool(row[1])) if row else (0, False)
+        return (int(row[0]), bool(row[1]), maintain) if row else (0, False, maintain)
 
     def _start(self, dead_rows: int) -> None:
         config = self.host.config
@@ -171,7 +168,8 @@ class QueueVacuum(Service):
         took = time.monotonic() - self.started
         self._close()
         if pending.error:
-            log.warning("vacuum of pgq.jobs failed after %.1fs: %s", took, pending.error)
+            error = scrub(pending.error, self.host.dsn)
+            log.warning("vacuum of pgq.jobs failed after %.1fs: %s", took, error)
             return
         skipped = next((w for w in pending.warnings if "skipping" in w), None)
         if skipped:
