@@ -285,7 +285,7 @@ def _vacuum(s: Section) -> VacuumConfig:
     s.only("enabled", "interval", "dead_rows")
     return VacuumConfig(
         enabled=s.get("enabled", boolean, True),
-        interval=s.get("interval", duration(MAX_DURATION), 10.0),
+        interval=s.get("interval", duration(MAX_DURATION), 5.0),
         dead_rows=s.get("dead_rows", integer(1, 1_000_000_000), 10_000),
     )
 

@@ -97,7 +97,7 @@ class RescueConfig:
 @dataclass(frozen=True)
 class VacuumConfig:
     enabled: bool = True
-    interval: float = 10.0  # how often the dead-row count is checked
+    interval: float = 5.0  # how often the dead-row count is checked
     dead_rows: int = 10_000  # vacuum pgq.jobs once it holds this many dead rows
 
 

@@ -27,12 +27,12 @@ import psycopg
 from psycopg import pq
 
 from . import locks, maintenance
+from .config import VacuumConfig
 from .dsn import DatabaseError, connect, scrub
 from .queries import query
 from .services import Service
 
 if TYPE_CHECKING:
-    from .config import VacuumConfig
     from .services import Host
 
 log = logging.getLogger("pgq.master")
@@ -87,9 +87,10 @@ class QueueVacuum(Service):
     name = "vacuum"
 
     def __init__(self, host: Host, selector: selectors.BaseSelector) -> None:
-        super().__init__(host, 10.0)
+        defaults = VacuumConfig()
+        super().__init__(host, defaults.interval)
         self.selector = selector
-        self.dead_rows = 10_000
+        self.dead_rows = defaults.dead_rows
         self.pending: PendingStatement | None = None
         self.fd = -1
         self.started = 0.0

@@ -164,7 +164,7 @@ def test_minimal_config_gets_the_documented_defaults() -> None:
     assert config.lease == LeaseConfig(60.0, 10.0)
     assert config.rescue == RescueConfig(60.0, 1000)
     assert config.purge == PurgeConfig(time(3, 0), 14 * DAY, 5000)
-    assert config.vacuum == VacuumConfig(True, 10.0, 10_000)
+    assert config.vacuum == VacuumConfig(True, 5.0, 10_000)
     assert config.history == HistoryConfig(False, 7 * DAY)
     assert config.metrics == MetricsConfig(None, "127.0.0.1")
     assert config.log == LogConfig("text", "info")
