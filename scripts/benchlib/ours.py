@@ -252,6 +252,8 @@ def long_drain(dsn: str, jobs: int, processes: int, batch: int, *, log_dir: Path
         label = "vacuum" if vacuum else "no_vacuum"
         with fresh_database(dsn, f"ours_long_{label}") as db:
             _fill(db, jobs)
+            with psycopg.connect(db, autocommit=True) as conn:
+                before = conn.execute(VACUUMS).fetchone() or (0, 0)  # the fill's own VACUUM
             result = drain_with(
                 db,
                 jobs,
@@ -264,7 +266,9 @@ def long_drain(dsn: str, jobs: int, processes: int, batch: int, *, log_dir: Path
             )
             with psycopg.connect(db, autocommit=True) as conn:
                 row = conn.execute(VACUUMS).fetchone()
-            result["vacuums"], result["autovacuums"] = row if row else (0, 0)
+            after = row or before
+            result["vacuums"] = after[0] - before[0]
+            result["autovacuums"] = after[1] - before[1]
         runs[label] = result
     return {
         "jobs": jobs,
