@@ -88,6 +88,10 @@ def _int(what: str, value: object) -> int:
     return value
 
 
+# One encoder for every job: json.dumps with options builds a new one per call.
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
 def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
     """The job's arguments as JSON text, or an EnqueueError saying exactly what is wrong."""
     if not isinstance(args, Mapping):
@@ -96,7 +100,7 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
             f"not {type(args).__name__}"
         )
     try:
-        text = json.dumps(args, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _JSON.encode(args)
     except (TypeError, ValueError) as exc:
         raise EnqueueError(f"job {kind!r}: args are not JSON-serialisable: {exc}") from None
     if "\\u0000" in text:
@@ -234,7 +238,7 @@ def enqueue_many(
         {
             "queues": [r.queue for r in rows],
             "kinds": [r.kind for r in rows],
-            "args": [r.args for r in rows],
+            "args": "[" + ",".join([r.args for r in rows]) + "]",
             "priorities": [r.priority for r in rows],
             "run_ats": [r.run_at for r in rows],
             "delays": [r.delay for r in rows],
