@@ -17,6 +17,7 @@ import secrets
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -417,18 +418,35 @@ class Master:
     def wake_idle(
         self, pool: str, *, exclude: Child | None = None, queue: str | None = None
     ) -> None:
-        """Wake one idle child of the pool, telling it which queue has work; busy children
-        will claim when they are done."""
+        """Wake one child of the pool that can take the work, telling it which queue has it.
+
+        An idle child first. Then one that is claiming: its claim may have looked before this
+        job committed, and it would then sleep a whole poll interval with the job waiting; the
+        byte left in its pipe sends it straight back to claim. Then a threaded child with a
+        free thread, which otherwise waits for a running job to end. Single-threaded running
+        children claim when their batch is done, and connecting ones once connected.
+        """
         runtime = self.pools.get(pool)
         if runtime is None:
             return
         queues = list(runtime.config.queues)
         hint = queues.index(queue) + 1 if queue in queues else 0
-        for slot in runtime.slots:
-            child = slot.child
-            if child is not None and child is not exclude and child.board.state == State.IDLE:
-                child.wake(hint)
-                return
+        threads = runtime.config.threads
+        children = [s.child for s in runtime.slots if s.child not in (None, exclude)]
+        preferences: list[Callable[[Child], bool]] = [
+            lambda c: c.board.state == State.IDLE,
+            lambda c: c.board.state == State.CLAIMING,
+            lambda c: (
+                threads > 1
+                and c.board.state == State.RUNNING
+                and len(c.board.running_jobs()) < threads
+            ),
+        ]
+        for can_take in preferences:
+            for child in children:
+                if can_take(child):
+                    child.wake(hint)
+                    return
 
     # -- services, reload, stop ----------------------------------------------------------------
 

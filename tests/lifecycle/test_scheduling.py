@@ -243,6 +243,36 @@ def test_idle_children_wake_within_milliseconds_of_the_commit(
     sup.stop()
 
 
+def test_a_threaded_child_with_a_free_thread_is_woken_while_others_run(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor("""
+        handlers: {sleep: tests.handlers:sleep, record: tests.handlers:record}
+        pools:
+          hooks: {processes: 1, threads: 4, queues: {default: 1}, poll_interval: 30s}
+    """).start()
+    sup.wait_children(1)
+    _enqueue(ledger, [NewJob("sleep", {"seconds": 20})])
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM test_ledger WHERE event = 'started'"),
+        timeout=15,
+        what="the long job started",
+    )
+    time.sleep(0.5)  # the child is back in its wait, one thread busy and three free
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        job_id = enqueue(conn, "record")
+        (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+    started: datetime = wait_for(
+        lambda: scalar(ledger, "SELECT min(at) FROM test_ledger WHERE job_id = %s", (job_id,)),
+        timeout=15,
+        interval=0.01,
+        what="the second job started",
+    )
+    # Neither the long job's end (20 s) nor the poll (15-30 s) explains this; the wake-up does.
+    assert (started - committed).total_seconds() < 5.0
+    sup.kill_everything()
+
+
 def test_a_delayed_job_starts_within_a_second_of_its_run_at(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:
