@@ -122,7 +122,7 @@ def test_a_newer_kind_waits_for_the_deploy_that_knows_it(
             "SELECT 1 FROM pgq.jobs WHERE id = %s AND attempts >= 1 AND state = 'available'",
             (job_id,),
         ),
-        20,
+        60,
         what="the old deploy retrying the job",
     )
     assert old.stop() == 0
@@ -133,7 +133,8 @@ def test_a_newer_kind_waits_for_the_deploy_that_knows_it(
         pools:
           main: {processes: 1, queues: {default: 1}}
     """).start()
-    wait_for(lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, 30, what="done")
+    # The old deploy may have retried it more than once before it stopped: up to 8 s of backoff.
+    wait_for(lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, 90, what="done")
     assert query(ledger, "SELECT job_id FROM test_ledger") == [(job_id,)]
     assert new.stop() == 0
 
