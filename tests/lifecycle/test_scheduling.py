@@ -389,6 +389,12 @@ def test_a_threaded_pool_runs_io_jobs_side_by_side_and_drains_cleanly(
         timeout=20,
         what="eight jobs in flight",
     )
+    # Claimed is not yet started: each handler thread opens its own connection first.
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM test_ledger WHERE event = 'started'") >= 8,
+        timeout=20,
+        what="eight handlers started",
+    )
     (pids,) = query(ledger, "SELECT count(DISTINCT pid) FROM test_ledger")
     assert pids == (1,)
     wait_for(
