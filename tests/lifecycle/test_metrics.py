@@ -119,7 +119,12 @@ def test_counters_match_what_the_database_says_happened(
     )
     assert exposition.value("pgq_database_up") == 1
     assert exposition.value("pgq_children_ready", pool="main") == 2
-    assert exposition.value("pgq_children", pool="main", state="idle") == 2
+    # Idle between polls; a scrape can catch one in the middle of its poll's claim.
+    wait_for(
+        lambda: scrape(port).get("pgq_children", pool="main", state="idle") == 2,
+        10,
+        what="both children idle",
+    )
     assert exposition.series("pgq_child_restarts_total") == {}
     # The queue figures come from the periodic refresh (every 5s), not from the request.
     wait_for(
