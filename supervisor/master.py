@@ -125,7 +125,7 @@ class Master:
             self.handle_notifications,
             self.run_due_services,
             self.escalate_kills,
-            self.enforce_stop_deadline if self.stopping else self.refill_slots,
+            self.tend_slots,
             self.update_title,
             self.sleep,
         ]
@@ -229,6 +229,15 @@ class Master:
         if self.metrics is not None:
             fds.extend(self.metrics.filenos())
         return fds
+
+    def tend_slots(self) -> None:
+        """Refill empty slots; while stopping, only enforce the deadline. Decided when the step
+        runs, not when the turn begins: a SIGTERM handled earlier in this turn must not be
+        followed by a fresh child in the slot its drained child just left."""
+        if self.stopping:
+            self.enforce_stop_deadline()
+        else:
+            self.refill_slots()
 
     def refill_slots(self) -> None:
         now = time.monotonic()

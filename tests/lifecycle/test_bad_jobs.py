@@ -126,6 +126,9 @@ def test_a_newer_kind_waits_for_the_deploy_that_knows_it(
         what="the old deploy retrying the job",
     )
     assert old.stop() == 0
+    # Stopping spawned nothing: a child started after the SIGTERM would have gone on retrying
+    # (and spending) the job until the shutdown timeout killed it.
+    assert old.log().count("spawned main#1") == 1, old.log()
     new = supervisor("""
         handlers:
           record: tests.handlers:record
@@ -133,7 +136,7 @@ def test_a_newer_kind_waits_for_the_deploy_that_knows_it(
         pools:
           main: {processes: 1, queues: {default: 1}}
     """).start()
-    # The old deploy may have retried it more than once before it stopped: up to 8 s of backoff.
+    # Its run_at is after the old deploy's backoff (1-2 s, or 2-4 s after a second attempt).
     wait_for(lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, 90, what="done")
     assert query(ledger, "SELECT job_id FROM test_ledger") == [(job_id,)]
     assert new.stop() == 0
