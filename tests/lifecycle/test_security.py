@@ -74,12 +74,18 @@ def _scrape(port: int) -> str | None:
         return None
 
 
-def test_worker_role_runs_the_supervisor_and_cannot_change_the_schema(
-    server: EmbeddedPostgres, tmp_path: Path
-) -> None:
+def _worker_login(server: EmbeddedPostgres) -> str:
+    """A login in the least-privilege role, allowed to write the test ledger; its DSN."""
     dsn = create_login(server, "app_worker", PASSWORD, "pgq_worker")
     with psycopg.connect(server.dsn, autocommit=True) as admin:
         admin.execute("GRANT SELECT, INSERT ON test_ledger TO pgq_worker")
+    return dsn
+
+
+def test_worker_role_runs_the_supervisor_and_cannot_change_the_schema(
+    server: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    dsn = _worker_login(server)
     with psycopg.connect(dsn, autocommit=True) as conn:
         ids = enqueue_many(conn, [NewJob("record") for _ in range(30)])
         (crash,) = enqueue_many(conn, [NewJob("crash", {"how": "exit"})])
@@ -146,10 +152,9 @@ def _knows_maintain(server: EmbeddedPostgres) -> bool:
 def test_a_role_that_may_not_vacuum_is_told_once_and_works_on(
     server: EmbeddedPostgres, tmp_path: Path
 ) -> None:
-    dsn = create_login(server, "app_worker", PASSWORD, "pgq_worker")
-    with psycopg.connect(server.dsn, autocommit=True) as admin:
-        admin.execute("GRANT SELECT, INSERT ON test_ledger TO pgq_worker")
-        if _knows_maintain(server):
+    dsn = _worker_login(server)
+    if _knows_maintain(server):
+        with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute("REVOKE MAINTAIN ON pgq.jobs FROM pgq_worker")
     with psycopg.connect(dsn, autocommit=True) as conn:
         enqueue_many(conn, [NewJob("record") for _ in range(20)])
