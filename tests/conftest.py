@@ -21,8 +21,6 @@ from psycopg import conninfo, sql
 
 from supervisor.migrations import migrate
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def with_dbname(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)

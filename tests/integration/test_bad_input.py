@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,9 @@ import pytest
 
 from supervisor import EnqueueError, NewJob, enqueue, enqueue_many
 from supervisor.enqueue import MAX_ARGS_BYTES
+from tests.commands import run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
+NOBODY = "postgresql://nobody@127.0.0.1:1/none"
 VALID = "handlers: {k: tests.handlers:noop}\npools: {p: {queues: {q: 1}}}\n"
 
 
@@ -29,15 +29,8 @@ def _laughs(levels: int = 9) -> str:
 
 
 def _cli(path: Path, *verb: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "-c", str(path), *verb],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        # A database nobody listens on: a config that got past validation would fail with 1.
-        env={**os.environ, "PGQ_DSN": "postgresql://nobody@127.0.0.1:1/none"},
-    )
+    # A database nobody listens on: a config that got past validation would fail with 1.
+    return run_cli(path, *verb, env={**os.environ, "PGQ_DSN": NOBODY})
 
 
 @pytest.mark.parametrize(

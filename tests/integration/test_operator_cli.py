@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from supervisor import claim, complete, enqueue, settle
 from supervisor.outcomes import discard, retry
 from supervisor.registry import WorkerRow, heartbeat
+from tests.commands import run_cli
 from tests.handlers import LEDGER
 from tests.integration.operator_helpers import Cli, Restore, dead_letter, done
 from tests.lifecycle.harness import ROOT, Supervisor, wait_for
@@ -335,14 +335,7 @@ def test_a_database_without_the_schema_says_to_migrate(
 
 
 def _run(dsn: str, config: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "-c", str(config), *argv],
-        cwd=ROOT,
-        env={**os.environ, "PGQ_DSN": dsn, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(config, *argv, env={**os.environ, "PGQ_DSN": dsn, "PYTHONPATH": str(ROOT)})
 
 
 def test_the_real_command_against_a_running_supervisor(dsn: str, tmp_path: Path) -> None:

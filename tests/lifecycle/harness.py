@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 import psutil
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.commands import ROOT
+
 T = TypeVar("T")
 
 

@@ -4,8 +4,6 @@ rows it cannot call a handler with, and a DSN with the wrong password."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from supervisor import NewJob, enqueue_many
 from supervisor.embedded import available
+from tests.commands import run_cli
 from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import create_login, own_server
 
@@ -191,12 +190,10 @@ def test_wrong_password_is_a_clear_error_exit_1_without_the_password(tmp_path: P
         ]
         for args, env in runs:
             flags, verb = args[:-1], args[-1:]
-            result = subprocess.run(
-                [sys.executable, "-m", "supervisor.cli", "-c", str(config), *flags, *verb],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                timeout=60,
+            result = run_cli(
+                config,
+                *flags,
+                *verb,
                 env={**{k: v for k, v in os.environ.items() if k != "PGQ_DSN"}, **env},
             )
             said = result.stdout + result.stderr

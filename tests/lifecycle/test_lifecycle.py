@@ -6,8 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +15,8 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue_many
-from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
+from tests.commands import run_cli
+from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 
 BASIC = """
 handlers:
@@ -259,13 +258,8 @@ def test_bad_config_exits_2_with_the_key_path(
     path = tmp_path / "bad.yaml"
     path.write_text(yaml_text)
     for verb in ([], ["check"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "supervisor.cli", "-c", str(path), *verb],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "PGQ_DSN": "postgresql://nobody@127.0.0.1:1/none"},
+        result = run_cli(
+            path, *verb, env={**os.environ, "PGQ_DSN": "postgresql://nobody@127.0.0.1:1/none"}
         )
         assert result.returncode == 2, result.stderr
         assert expected in result.stderr

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import pytest
 from supervisor import NewJob, enqueue_many
 from supervisor.embedded import EmbeddedPostgres, available
 from supervisor.queries import sql_dir
+from tests.commands import run_cli
 from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import create_login, own_server
 
@@ -192,14 +191,7 @@ def test_password_stays_out_of_every_output(server: EmbeddedPostgres, tmp_path: 
     if "status" in VERBS:
         runs.append((["status"], {"PGQ_DSN": dsn}))
     for args, extra in runs:
-        result = subprocess.run(
-            [sys.executable, "-m", "supervisor.cli", "-c", str(config), *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**env, **extra},
-        )
+        result = run_cli(config, *args, env={**env, **extra})
         said = result.stdout + result.stderr
         assert PASSWORD not in said, (args, said)
     # A server that is down: the supervisor waits and logs, still without the password.
