@@ -108,12 +108,13 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
             f"job {kind!r}: args contain a NUL character (\\u0000), which PostgreSQL's jsonb "
             "cannot store; encode binary data (base64) first"
         )
-    if not _encodable(text):
+    try:
+        size = len(text.encode("utf-8"))  # encoded once: it checks and measures
+    except UnicodeEncodeError:
         raise EnqueueError(
             f"job {kind!r}: args are not valid Unicode (a string holds a lone surrogate, "
             "often from decoding bytes with errors='surrogateescape')"
-        )
-    size = len(text.encode("utf-8"))
+        ) from None
     if size > limit:
         raise EnqueueError(
             f"job {kind!r}: args are {size} bytes of JSON; the limit is {limit} bytes. "

@@ -413,13 +413,12 @@ class Worker:
             self.last_memory_check = now
             uss = memory.uss()
             self.board.set_memory(uss)
-            used = uss if uss > limit else None
-            if used is not None:
+            if uss > limit:
                 log.warning(
                     "%s#%s recycling: memory %d MiB is above the soft limit of %d MiB",
                     self.pool.name,
                     self.spec.slot,
-                    used >> 20,
+                    uss >> 20,
                     limit >> 20,
                     extra={"pool": self.pool.name},
                 )
