@@ -166,10 +166,12 @@ class Master:
 
     def build_services(self) -> None:
         config = self.config
+        purger = Purger(self, 86400.0)
+        purger.next_due = purger.next_run(time.monotonic())  # at purge.at, not at start
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
             Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
-            Purger(self, 86400.0),
+            purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
             Registry(self, 5.0),
@@ -180,8 +182,6 @@ class Master:
             self.services.append(self.vacuum)
         if self.metrics is not None:
             self.services.extend(self.metrics.services(self))
-        purger = self.services[2]
-        purger.next_due = purger.next_run(time.monotonic())
         if config.history.enabled:
             from .maintenance import ensure_history_partitions
 
