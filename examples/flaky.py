@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import time
 
-from supervisor.context import JobContext
-from supervisor.outcomes import Discard
+from supervisor.queue.context import JobContext
+from supervisor.queue.outcomes import Discard
 
 POISONED_EVERY = 17
 MIN_PAUSE = 0.005

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from supervisor.outcomes import Discard
+from supervisor.queue.outcomes import Discard
 
 
 def noop(**_: object) -> None:

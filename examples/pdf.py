@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from supervisor.context import JobContext
-from supervisor.outcomes import Discard
+from supervisor.queue.context import JobContext
+from supervisor.queue.outcomes import Discard
 
 from .invoice_data import build_invoice
 from .invoice_layout import InvoicePDF

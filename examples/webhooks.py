@@ -31,8 +31,8 @@ from email.message import Message
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from supervisor.context import JobContext
-from supervisor.outcomes import Discard, Retry
+from supervisor.queue.context import JobContext
+from supervisor.queue.outcomes import Discard, Retry
 
 # Per socket operation, not for the whole request: the job's own timeout bounds the total.
 DEFAULT_TIMEOUT = 10.0

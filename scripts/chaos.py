@@ -46,8 +46,9 @@ from chaos_procs import (
     start_incarnation,
 )
 
-from supervisor import NewJob, enqueue_many, maintenance, migrate
-from supervisor.embedded import EmbeddedPostgres
+from supervisor import NewJob, enqueue_many, migrate
+from supervisor.embedded.server import EmbeddedPostgres
+from supervisor.queue import maintenance
 
 FAULTS = ("child_kill", "deploy", "master_kill", "freeze", "pg_restart", "pg_kill", "terminate")
 # Full drills draw faults by weight; a child dies far more often than a database.

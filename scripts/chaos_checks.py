@@ -14,27 +14,39 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
-
-if TYPE_CHECKING:
-    from chaos import Drill
+from chaos_procs import Incarnation, Tracker
 
 # Wall clocks of this process and of the database are the same machine's; this absorbs the
 # gap between a ledger row's timestamp and the moment its handler was actually interrupted.
 SLACK = 1.0
-# Children of a killed master leave within the orphan grace of supervisor.worker.
+# Children of a killed master leave within the orphan grace of supervisor.runtime.worker.
 LEFTOVER_WAIT = 10.0
 DB_FAULTS = ("pg_restart", "pg_kill", "terminate")
 _LEASE_LOST = re.compile(
     r"lease lost, result dropped: job (\d+) \(.*?\) on queue .*? while attempt (\d+) ran here"
 )
 _BUGS = ("crashed in the worker loop", "; carrying on", "failed; it will run again")
+
+
+class Drill(Protocol):
+    """What the verdict reads of a finished drill (scripts/chaos.py runs it)."""
+
+    args: argparse.Namespace
+    dsn: str
+    tracker: Tracker
+    incarnations: list[Incarnation]
+    faults: list[Fault]
+    problems: list[str]
+    capacity: int
+    modes: dict[int, str]
 
 
 @dataclass

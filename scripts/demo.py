@@ -54,9 +54,9 @@ from demo_report import (
 
 from supervisor import enqueue_many
 from supervisor.config import Config, ConfigError, load_config
-from supervisor.dsn import describe
-from supervisor.embedded import EmbeddedPostgres
-from supervisor.exits import MasterExit
+from supervisor.embedded.server import EmbeddedPostgres
+from supervisor.queue.dsn import describe
+from supervisor.runtime.exits import MasterExit
 
 ROOT = Path(__file__).resolve().parents[1]
 SINK_FAIL_RATE = 0.08  # the receiver answers 503 "come back in 1 s" to this share of requests

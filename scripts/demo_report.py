@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from supervisor.queries import parse
+from supervisor.queue.queries import parse
 
 QUERIES = parse(Path(__file__).with_name("demo.sql").read_text(encoding="utf-8"))
 # The live rate counts completions over this many seconds: recent enough to show the pace

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from supervisor.embedded import EmbeddedPostgres
+from supervisor.embedded.server import EmbeddedPostgres
 
 
 def timed(figures: dict[str, list[float]], step: str, action: Callable[[], Any]) -> Any:

@@ -9,11 +9,11 @@ The library half, used by applications and by the supervisor alike::
         enqueue(conn, "deliver_webhook", {"order_id": order_id}, queue="webhooks")
 """
 
-from .context import JobContext
-from .enqueue import EnqueueError, NewJob, enqueue, enqueue_many
-from .jobs import Fenced, Job, LeaseLost, claim, complete, renew_leases, settle
-from .migrations import migrate
-from .outcomes import Discard, Retry, Snooze
+from supervisor.queue.context import JobContext
+from supervisor.queue.enqueue import EnqueueError, NewJob, enqueue, enqueue_many
+from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew_leases, settle
+from supervisor.queue.migrations import migrate
+from supervisor.queue.outcomes import Discard, Retry, Snooze
 
 __all__ = [
     "Discard",

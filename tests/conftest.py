@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from supervisor.migrations import migrate
+from supervisor.queue.migrations import migrate
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
@@ -33,7 +33,7 @@ def pg_server() -> Iterator[str]:
     if configured:
         yield configured
         return
-    from supervisor.embedded import EmbeddedPostgres
+    from supervisor.embedded.server import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory(prefix="pgq-test-") as tmp:
         server = EmbeddedPostgres(Path(tmp) / "pgdata", durable=False)

@@ -38,8 +38,8 @@ from typing import Any
 
 from psycopg import conninfo
 
-from supervisor.migrations import migrate
-from supervisor.queries import query
+from supervisor.queue.migrations import migrate
+from supervisor.queue.queries import query
 
 from .common import connect, fresh_database
 

@@ -14,8 +14,8 @@ import pytest
 import setproctitle
 
 from supervisor import claim, complete, enqueue, settle
-from supervisor.cli import main
-from supervisor.outcomes import discard
+from supervisor.cli.main import main
+from supervisor.queue.outcomes import discard
 
 CONFIG = """
 handlers:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from supervisor import EnqueueError, NewJob, enqueue, enqueue_many
-from supervisor.enqueue import MAX_ARGS_BYTES
+from supervisor.queue.enqueue import MAX_ARGS_BYTES
 from tests.commands import run_cli
 
 NOBODY = "postgresql://nobody@127.0.0.1:1/none"

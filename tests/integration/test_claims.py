@@ -9,9 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from supervisor import NewJob, claim, complete, enqueue, enqueue_many, outcomes, settle
-from supervisor.jobs import LeaseLost, lease_held, renew_leases
-from supervisor.maintenance import rescue
+from supervisor import NewJob, claim, complete, enqueue, enqueue_many, settle
+from supervisor.queue import outcomes
+from supervisor.queue.jobs import LeaseLost, lease_held, renew_leases
+from supervisor.queue.maintenance import rescue
 
 
 def _state(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
@@ -229,7 +230,7 @@ def test_claim_plan_uses_the_partial_index_without_sorting(conn: psycopg.Connect
         """
     )
     conn.execute("ANALYZE pgq.jobs")
-    from supervisor.queries import query
+    from supervisor.queue.queries import query
 
     plan = _plan(
         conn, query("claim"), {"queue": "pdf", "limit": 10, "worker": "w", "lease_seconds": 60.0}
@@ -253,7 +254,7 @@ def test_fenced_writes_look_jobs_up_by_primary_key_even_in_a_generic_plan(
     conn.execute("ANALYZE pgq.jobs")
     jobs = claim(conn, "default", worker="w", limit=200)
     conn.execute("SET plan_cache_mode = force_generic_plan")
-    from supervisor.queries import query
+    from supervisor.queue.queries import query
     from tests.integration.test_schema import _positional
 
     statement, names = _positional(query(name))

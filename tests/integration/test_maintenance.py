@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from supervisor import NewJob, claim, enqueue, enqueue_many, locks
-from supervisor import maintenance as m
+from supervisor import NewJob, claim, enqueue, enqueue_many
+from supervisor.queue import locks
+from supervisor.queue import maintenance as m
 
 
 def _expire(conn: psycopg.Connection[Any]) -> None:

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from supervisor import claim, complete, enqueue, settle
-from supervisor.outcomes import discard, retry
-from supervisor.registry import WorkerRow, heartbeat
+from supervisor.queue.outcomes import discard, retry
+from supervisor.runtime.registry import WorkerRow, heartbeat
 from tests.commands import run_cli
 from tests.handlers import LEDGER
 from tests.integration.operator_helpers import Cli, Restore, dead_letter, done

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from supervisor import claim, enqueue, settle
-from supervisor.outcomes import describe_exception, discard, failure
+from supervisor.queue.outcomes import describe_exception, discard, failure
 from tests.integration.operator_helpers import Cli, Restore, dead_letter, states
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from supervisor import migrations
-from supervisor.queries import all_queries
+from supervisor.queue import migrations
+from supervisor.queue.queries import all_queries
 
 
 def _columns(conn: psycopg.Connection[Any], table: str) -> dict[str, tuple[str, bool]]:

@@ -12,11 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from supervisor import NewJob, claim, complete, enqueue_many, locks
+from supervisor import NewJob, claim, complete, enqueue_many
 from supervisor.config import Config, parse_config
-from supervisor.database import MasterDatabase
-from supervisor.services import MasterCounters
-from supervisor.vacuum import PendingStatement, QueueVacuum
+from supervisor.observability.view import MasterCounters
+from supervisor.queue import locks
+from supervisor.runtime.database import MasterDatabase
+from supervisor.runtime.vacuum import PendingStatement, QueueVacuum
 
 CONFIG = """
 handlers: {noop: tests.handlers:noop}

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 from supervisor import migrate
-from supervisor.embedded import EmbeddedPostgres
+from supervisor.embedded.server import EmbeddedPostgres
 from tests.handlers import LEDGER
 
 # Password authentication for every role but the superuser, who keeps trust on the socket so

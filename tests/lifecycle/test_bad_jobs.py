@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue_many
-from supervisor.embedded import available
+from supervisor.embedded.server import available
 from tests.commands import run_cli
 from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import create_login, own_server

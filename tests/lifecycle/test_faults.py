@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, claim, enqueue, enqueue_many
-from supervisor.embedded import EmbeddedPostgres, available
-from supervisor.queries import query as named_query
+from supervisor.embedded.server import EmbeddedPostgres, available
+from supervisor.queue.queries import query as named_query
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
 

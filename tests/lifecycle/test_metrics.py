@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue_many
-from supervisor.embedded import EmbeddedPostgres, available
+from supervisor.embedded.server import EmbeddedPostgres, available
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.promtext import Exposition, parse
 

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue_many
-from supervisor.embedded import EmbeddedPostgres, available
-from supervisor.queries import sql_dir
+from supervisor.embedded.server import EmbeddedPostgres, available
+from supervisor.queue.queries import sql_dir
 from tests.commands import run_cli
 from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import create_login, own_server
@@ -185,7 +185,7 @@ def test_password_stays_out_of_every_output(server: EmbeddedPostgres, tmp_path: 
         (["run"], {"PGQ_DSN": wrong_password}),
         (["--log-format", "json", "run"], {"PGQ_DSN": wrong_password}),
     ]
-    from supervisor.cli import VERBS, build_parser
+    from supervisor.cli.main import VERBS, build_parser
 
     build_parser()  # registers the operator verbs that exist in this build
     if "status" in VERBS:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from supervisor.jobs import Job
-from supervisor.outcomes import settlement_for
+from supervisor.queue.jobs import Job
+from supervisor.queue.outcomes import settlement_for
 
 
 def _job(attempts: int, max_attempts: int) -> Job:

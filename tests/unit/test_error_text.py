@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from supervisor.jobs import Job
-from supervisor.outcomes import MAX_ERROR_CHARS, describe_exception, failure
+from supervisor.queue.jobs import Job
+from supervisor.queue.outcomes import MAX_ERROR_CHARS, describe_exception, failure
 
 
 def _job(attempts: int) -> Job:

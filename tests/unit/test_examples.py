@@ -19,8 +19,8 @@ import pytest
 from examples import flaky, noop, pdf, webhooks
 from examples.invoice_layout import InvoicePDF
 from examples.sink import Delivery, WebhookSink
-from supervisor.context import JobContext
-from supervisor.outcomes import Discard, Outcome, Retry
+from supervisor.queue.context import JobContext
+from supervisor.queue.outcomes import Discard, Outcome, Retry
 
 
 def make_job(job_id: int = 42, attempt: int = 1, *, deadline_in: float | None = None) -> JobContext:

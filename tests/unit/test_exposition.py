@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from supervisor.exposition import Family, escape_label_value, format_value, render
+from supervisor.observability.exposition import Family, escape_label_value, format_value, render
 from tests.promtext import ExpositionError, parse
 
 

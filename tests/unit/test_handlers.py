@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import Config, ConfigError, parse_config
-from supervisor.context import JobContext
-from supervisor.handlers import Handler, ensure_cwd_importable, load_handlers, wants_context
+from supervisor.config.handlers import Handler, ensure_cwd_importable, load_handlers, wants_context
+from supervisor.queue.context import JobContext
 
 WriteModule = Callable[[str, str], str]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.children import Slot
 from supervisor.config import parse_config
-from supervisor.master import Master, PoolRuntime
+from supervisor.runtime.children import Slot
+from supervisor.runtime.master import Master, PoolRuntime
 
 YAML = """
 handlers: {k: tests.handlers:noop}

@@ -11,21 +11,22 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from supervisor import metrics
-from supervisor.board import Board, Counter, State
-from supervisor.children import Child, Slot
 from supervisor.config import Config, DatabaseConfig, MetricsConfig, PoolConfig
-from supervisor.maintenance import QueueStats
-from supervisor.master import PoolRuntime
-from supervisor.metric_families import QueueSnapshot
-from supervisor.metrics import MetricsError, MetricsServer
-from supervisor.services import MasterCounters
+from supervisor.observability import metrics
+from supervisor.observability.families import QueueSnapshot
+from supervisor.observability.metrics import MetricsError, MetricsServer
+from supervisor.observability.view import MasterCounters, MasterView
+from supervisor.queue.maintenance import QueueStats
+from supervisor.runtime import metrics_feed
+from supervisor.runtime.board import Board, Counter, State
+from supervisor.runtime.children import Child, Slot
+from supervisor.runtime.master import Master, PoolRuntime
 from tests.promtext import parse
 
 
@@ -47,6 +48,11 @@ def fake_master(**processes: int) -> Any:
     )
 
 
+def view_of(master: Any) -> Callable[[], MasterView]:
+    """The view the real master hands its metrics, built from the stand-in's state."""
+    return lambda: Master.metrics_view(master)
+
+
 def add_child(master: Any, pool: str, slot: int, pid: int, *, ready: bool = True) -> Child:
     board = Board()
     if ready:
@@ -62,7 +68,7 @@ def reap(master: Any, server: MetricsServer, child: Child) -> None:
     """What the master does when a child dies: absorb, forget, close the board."""
     del master.children[child.pid]
     master.pools[child.pool].slots[child.slot - 1].child = None
-    server.absorb(child)
+    server.absorb(child.pool, child.board)
     child.board.close()
 
 
@@ -79,7 +85,7 @@ def scrape(server: MetricsServer) -> Any:
 
 def test_counters_and_histograms_survive_a_reaped_child(server: MetricsServer) -> None:
     master = fake_master(pdf=2)
-    server.attach(master, selectors.DefaultSelector())
+    server.attach(view_of(master), selectors.DefaultSelector())
     first, second = add_child(master, "pdf", 1, 101), add_child(master, "pdf", 2, 102)
     first.board.count(Counter.COMPLETED, 5)
     first.board.observe_job(0.2)
@@ -109,7 +115,7 @@ def test_counters_and_histograms_survive_a_reaped_child(server: MetricsServer) -
 
 def test_master_counters_and_children(server: MetricsServer) -> None:
     master = fake_master(pdf=2, mail=1)
-    server.attach(master, selectors.DefaultSelector())
+    server.attach(view_of(master), selectors.DefaultSelector())
     add_child(master, "pdf", 1, 101)
     add_child(master, "pdf", 2, 102, ready=False)
     master.counters.restart("pdf", "signal_sigkill")
@@ -130,7 +136,7 @@ def test_master_counters_and_children(server: MetricsServer) -> None:
 
 def test_queue_figures_come_from_the_snapshot(server: MetricsServer) -> None:
     master = fake_master(pdf=1)
-    server.attach(master, selectors.DefaultSelector())
+    server.attach(view_of(master), selectors.DefaultSelector())
     assert scrape(server).series("pgq_queue_jobs") == {}  # unknown is not zero
     server.snapshot = QueueSnapshot(
         [QueueStats("pdf", 4, 1, 2, 3, 12.5), QueueStats("gone", 0, 0, 0, 1, 0.0)],
@@ -150,7 +156,7 @@ def test_queue_figures_come_from_the_snapshot(server: MetricsServer) -> None:
 
 def test_readiness_says_why_not(server: MetricsServer) -> None:
     master = fake_master(pdf=2)
-    server.attach(master, selectors.DefaultSelector())
+    server.attach(view_of(master), selectors.DefaultSelector())
     add_child(master, "pdf", 1, 101)
     assert server.not_ready() == ["queue stats not read yet", "pool pdf: 1 of 2 children ready"]
     add_child(master, "pdf", 2, 102)
@@ -175,8 +181,8 @@ def test_a_slow_queue_stats_refresh_runs_less_often(server: MetricsServer) -> No
         return [QueueStats("pdf", 1, 0, 0, 0, 1.0)]
 
     host: Any = SimpleNamespace(db=SimpleNamespace(run=slow))
-    refresh = metrics.QueueStatsRefresh(host, server)
-    assert refresh.interval == metrics.STATS_INTERVAL
+    refresh = metrics_feed.QueueStatsRefresh(host, server)
+    assert refresh.interval == metrics_feed.STATS_INTERVAL
     refresh.run_once()
     assert server.snapshot is not None and server.snapshot.queues[0].queue == "pdf"
     # 0.4s is 5% of 8s: the master's loop is never held longer than that share.
@@ -203,8 +209,9 @@ class Loop:
 
     def __init__(self, server: MetricsServer, master: Any) -> None:
         self.server = server
+        self.master = master
         self.selector = selectors.DefaultSelector()
-        server.attach(master, self.selector)
+        server.attach(view_of(master), self.selector)
         self.stop = threading.Event()
         self.longest_turn = 0.0
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -280,7 +287,7 @@ def test_endpoints(server: MetricsServer, loop: Loop) -> None:
 
 
 def test_readyz_is_503_with_the_reason(server: MetricsServer, loop: Loop) -> None:
-    loop.server.master.db.reachable = False  # type: ignore[union-attr]
+    loop.master.db.reachable = False
     assert get(server, "/readyz")[::2] == (503, "database unreachable\n")
     assert get(server, "/livez")[0] == 200
 
@@ -340,7 +347,7 @@ def lazy_fd(server: MetricsServer) -> int:
 def test_close_releases_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     server = MetricsServer(MetricsConfig(port=0))
     selector = selectors.DefaultSelector()
-    server.attach(fake_master(pdf=1), selector)
+    server.attach(view_of(fake_master(pdf=1)), selector)
     with socket.create_connection(server.address, timeout=5) as sock:
         deadline = time.monotonic() + 5
         while not server.connections and time.monotonic() < deadline:

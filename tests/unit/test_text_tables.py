@@ -6,10 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from supervisor.cli import UsageError
-from supervisor.dlq_cli import telling_line
-from supervisor.operator_cli import parse_json_object
-from supervisor.text_tables import age, iso, listing, safe, safe_block, table, width
+from supervisor.cli.dlq import telling_line
+from supervisor.cli.main import UsageError
+from supervisor.cli.operator import parse_json_object
+from supervisor.cli.tables import age, iso, listing, safe, safe_block, table, width
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from supervisor.units import (
+from supervisor.config.units import (
     UnitError,
     format_duration,
     format_size,

@@ -1,0 +1,10 @@
+"""The command line: `pgq-supervisor -c FILE [verb]`.
+
+main (the entry point and `run`), verbs (what every verb shares), operator (`status`,
+`enqueue`), dlq (the dead-letter verbs), session (the operator verbs' database session),
+status_view (the `status` report), tables (plain-text output).
+"""
+
+from supervisor.cli.main import main
+
+__all__ = ["main"]

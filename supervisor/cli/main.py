@@ -1,0 +1,254 @@
+"""`pgq-supervisor -c FILE [verb]`: run the supervisor, or operate the queue it runs.
+
+Verbs share one config file. Exit codes (supervisor.runtime.exits.MasterExit): 0 clean stop, 1
+anything else, 2 bad config or usage, 3 children could not boot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from supervisor.cli.verbs import VERBS, Context, UsageError, explicit_dsn, verb
+from supervisor.queue.dsn import DatabaseError, connect, describe
+from supervisor.runtime import proctitle
+from supervisor.runtime.exits import MasterExit
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
+    from supervisor.embedded.server import EmbeddedPostgres
+
+log = logging.getLogger("pgq.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgq-supervisor",
+        description="A Postgres job queue run by a fork-per-worker supervisor.",
+    )
+    parser.add_argument(
+        "-c",
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="the YAML configuration (pools, queues, handlers)",
+    )
+    parser.add_argument(
+        "--dsn",
+        help="database to use instead of the config's "
+        "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
+        "until the process renames itself)",
+    )
+    parser.add_argument("--log-format", choices=("text", "json"), help="override log.format")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    _load_verbs()
+    for name, (_, arguments, help_text) in VERBS.items():
+        arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def _load_verbs() -> None:
+    # Verb modules register themselves with @verb when imported.
+    from supervisor.cli import operator  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> int:
+    # First thing: replace the command line shown by `ps`, which may hold a --dsn password.
+    proctitle.set_title("starting")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from supervisor.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    except OSError as exc:
+        print(f"pgq-supervisor: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
+        return MasterExit.CONFIG
+    from supervisor.observability.logs import setup_logging
+
+    setup_logging(
+        args.log_format or config.log.format,
+        args.log_level or config.log.level,
+        dsn=explicit_dsn(args, config),
+    )
+    name = args.verb or "run"
+    fn = VERBS[name][0]
+    try:
+        return fn(Context(args, config))
+    except ConfigError as exc:  # a handler that does not import, say
+        print(f"pgq-supervisor: invalid configuration\n{exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    except UsageError as exc:
+        print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
+        return MasterExit.CONFIG
+    except DatabaseError as exc:
+        print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
+        return MasterExit.ERROR
+
+
+@verb("check", "validate the config and import every handler; exit 0 or 2")
+def check(ctx: Context) -> int:
+    from supervisor.config.handlers import load_handlers
+
+    handlers = load_handlers(ctx.config)
+    pools = ctx.config.pools
+    print(
+        f"{ctx.config.path}: OK: {len(pools)} pools, "
+        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers"
+    )
+    return MasterExit.OK
+
+
+@verb("migrate", "apply pending schema migrations (idempotent; safe from several hosts)")
+def migrate_verb(ctx: Context) -> int:
+    from supervisor.queue.migrations import migrate
+
+    applied = None
+    # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
+    # of leaving the server we started running.
+    with stoppable_startup(), database(ctx) as dsn:
+        applied = migrate(dsn)
+    if applied is None:
+        return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
+    if applied:
+        for m in applied:
+            print(f"applied {m.version:04d}_{m.name}")
+    else:
+        print("schema is up to date")
+    return MasterExit.OK
+
+
+@verb("run", "run the supervisor in the foreground (the default verb)")
+def run(ctx: Context) -> int:
+    from supervisor.config.handlers import load_handlers
+    from supervisor.queue.migrations import migrate
+    from supervisor.runtime.master import Master
+
+    handlers = load_handlers(ctx.config)  # before anything connects or forks
+    metrics = None
+    if ctx.config.metrics.port is not None:
+        # Bound before anything else starts, so a port in use fails at once, not after the
+        # wait for the database.
+        from supervisor.observability.metrics import MetricsError, MetricsServer
+
+        try:
+            metrics = MetricsServer(ctx.config.metrics)
+        except MetricsError as exc:
+            print(f"pgq-supervisor: {exc}", file=sys.stderr)
+            return MasterExit.ERROR
+    with stoppable_startup(), database(ctx) as dsn:
+        wait_for_database(dsn, ctx.config.database.connect_timeout)
+        if ctx.config.database.auto_migrate:
+            for m in migrate(dsn):
+                log.info("applied migration %04d_%s", m.version, m.name)
+        return Master(ctx.config, handlers, dsn, metrics=metrics).run()
+
+
+class StartupInterrupted(Exception):
+    pass
+
+
+# While not None, TERM/INT during start-up are recorded here instead of raising at once.
+_held_signals: list[str] | None = None
+
+
+@contextlib.contextmanager
+def stoppable_startup() -> Iterator[None]:
+    """Before the master's loop owns the signals, TERM/INT during start-up (waiting for the
+    database, say) stops cleanly, stopping an embedded server we started."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if _held_signals is not None:
+            _held_signals.append(name)
+            return
+        raise StartupInterrupted(name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except StartupInterrupted as exc:
+        log.info("%s during start-up: stopped", exc)
+    finally:
+        for s, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[str]]:
+    """Hold TERM/INT back until the block is done. An exception raised by the handler while
+    pg_ctl is starting the server would kill pg_ctl but not the postmaster it launched, which
+    runs in a session of its own: nobody would ever stop it."""
+    global _held_signals
+    _held_signals = []
+    try:
+        yield _held_signals
+    finally:
+        _held_signals = None
+
+
+@contextlib.contextmanager
+def database(ctx: Context) -> Iterator[str]:
+    """The DSN to use; with none configured, the embedded server: one already running on the
+    data folder, or one started here that lives as long as this."""
+    dsn = explicit_dsn(ctx.args, ctx.config)
+    if dsn:
+        yield dsn
+        return
+    server = _embedded(ctx.config)
+    running = server.find_running(ctx.config.database.embedded_dir)
+    if running is not None:
+        yield running  # another process started it, and stops it
+        return
+    log.info(
+        "no database configured: starting an embedded PostgreSQL in %s",
+        ctx.config.database.embedded_dir,
+    )
+    with signals_held() as held:
+        dsn = server.start()
+    try:
+        if held:
+            raise StartupInterrupted(held[0])
+        yield dsn
+    finally:
+        log.info("stopping the embedded PostgreSQL")
+        server.stop()
+
+
+def _embedded(config: Config) -> EmbeddedPostgres:
+    from supervisor.embedded.server import EmbeddedPostgres, EmbeddedUnavailable
+
+    try:
+        return EmbeddedPostgres(config.database.embedded_dir)
+    except EmbeddedUnavailable as exc:
+        raise UsageError(str(exc)) from None
+
+
+def wait_for_database(dsn: str, connect_timeout: float) -> None:
+    """Block until the database answers; a wrong password or database fails at once."""
+    delay, first = 0.5, True
+    while True:
+        try:
+            with connect(dsn, connect_timeout=connect_timeout) as conn:
+                conn.execute("SELECT 1")
+            if not first:
+                log.info("database %s is up", describe(dsn))
+            return
+        except DatabaseError as exc:
+            if exc.permanent:
+                raise
+            log.warning("%s; retrying in %.0fs", exc, delay)
+            first = False
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)

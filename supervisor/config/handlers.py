@@ -1,0 +1,118 @@
+"""Importing the configured handlers: job kind -> the function that runs it.
+
+The master imports every handler once, before forking, so a missing module or a typo fails
+``check`` and startup with exit code 2 instead of failing every job at run time, and children
+inherit the imported code instead of importing it again. Only the kinds named in the YAML are
+ever imported; nothing is imported because a database row says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor.config.model import Config, ConfigError, ConfigIssue
+from supervisor.config.reader import join
+from supervisor.queue.context import JobContext
+
+_CONTEXT_PARAMETER = "job"
+_CONTEXT_KINDS = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+@dataclass(frozen=True)
+class Handler:
+    kind: str
+    target: str  # "module:function"
+    func: Callable[..., Any]
+    wants_context: bool  # the function declares a parameter named `job`
+
+    def __call__(self, args: Mapping[str, Any], context: JobContext | None) -> Any:
+        if self.wants_context:
+            return self.func(**args, job=context)
+        return self.func(**args)
+
+
+def wants_context(func: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        # Some builtins and C callables have no signature; they cannot ask for `job`.
+        return False
+    parameter = parameters.get(_CONTEXT_PARAMETER)
+    return parameter is not None and parameter.kind in _CONTEXT_KINDS
+
+
+def load_handlers(config: Config) -> dict[str, Handler]:
+    """Import every configured handler; ConfigError (path ``handlers.<kind>``) lists failures."""
+    ensure_cwd_importable()
+    # Modules written or changed since the interpreter started (a deploy, then SIGHUP) must be
+    # found: the path finders cache directory listings.
+    importlib.invalidate_caches()
+    modules: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    handlers: dict[str, Handler] = {}
+    for kind, target in config.handlers.items():
+        path = join("handlers", kind)
+        line = config.lines.get(path)
+        try:
+            func = _resolve(target, modules)
+        except _ImportProblem as problem:
+            issues.append(ConfigIssue(path, str(problem), line))
+            continue
+        handlers[kind] = Handler(kind, target, func, wants_context(func))
+    if issues:
+        raise ConfigError(issues, config.path)
+    return handlers
+
+
+class _ImportProblem(Exception):
+    pass
+
+
+def _resolve(target: str, modules: dict[str, Any]) -> Callable[..., Any]:
+    module_name, _, attribute = target.partition(":")
+    if module_name not in modules:
+        try:
+            modules[module_name] = importlib.import_module(module_name)
+        # An import runs arbitrary module code; whatever it raises (SystemExit included) is
+        # this handler's problem, to be reported with the others, not the supervisor's end.
+        except (Exception, SystemExit) as exc:
+            modules[module_name] = exc
+    module = modules[module_name]
+    if isinstance(module, BaseException):
+        detail = f"{type(module).__name__}: {module}"
+        raise _ImportProblem(f"cannot import module {module_name!r}: {detail}")
+    found: Any = module
+    owner = f"module {module_name!r}"
+    for name in attribute.split("."):
+        try:
+            found = getattr(found, name)
+        except AttributeError:
+            raise _ImportProblem(f"{owner} has no attribute {name!r}") from None
+        owner = f"{type(found).__name__} {name!r}"
+    if not callable(found):
+        raise _ImportProblem(f"{target!r} is not callable (it is a {type(found).__name__})")
+    if inspect.iscoroutinefunction(found):
+        # Calling it would only create a coroutine; the job would "complete" without running.
+        raise _ImportProblem(f"{target!r} is an async function; handlers must be plain functions")
+    return found
+
+
+def ensure_cwd_importable() -> None:
+    """Put the current directory on sys.path if it is not there.
+
+    Operators run ``pgq-supervisor -c queues.yaml`` from their project root and name handlers
+    like ``myapp.tasks:send_mail``. ``python -m`` and ``python script.py`` put that directory
+    on sys.path, but a console-script entry point puts only its own bin directory there, so the
+    project's modules would not be found. It goes first, as ``python -m`` would put it.
+    """
+    cwd = os.getcwd()
+    for entry in sys.path:
+        if entry == "" or os.path.abspath(entry) == cwd:
+            return
+    sys.path.insert(0, cwd)

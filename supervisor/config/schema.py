@@ -1,0 +1,314 @@
+"""What each section of the file may hold, with bounds, and how it becomes a Config.
+
+Bounds are there to catch typos (``processes: 2000``, ``timeout: 120d``), not to second-guess
+tuning: each is far beyond any sensible setting but well short of what would hurt the host or
+the database.
+"""
+
+from __future__ import annotations
+
+import difflib
+import keyword
+import re
+from datetime import time
+
+from yaml.nodes import Node
+
+from supervisor.config.fields import (
+    Section,
+    boolean,
+    choice,
+    clock,
+    duration,
+    integer,
+    optional,
+    size,
+    text,
+)
+from supervisor.config.model import (
+    DAY,
+    Config,
+    DatabaseConfig,
+    HistoryConfig,
+    JobPolicy,
+    LeaseConfig,
+    LogConfig,
+    MetricsConfig,
+    PoolConfig,
+    PurgeConfig,
+    RescueConfig,
+    VacuumConfig,
+)
+from supervisor.config.reader import Bad, Reader
+from supervisor.config.units import format_duration, format_size
+
+MiB = 2**20
+TiB = 2**40
+MEMORY = (16 * MiB, TiB)
+MAX_DURATION = 30 * DAY
+MAX_TIMEOUT = DAY
+# Retention is measured in weeks or months, so it gets a longer bound than other durations.
+MAX_RETENTION = 365 * DAY
+MAX_NAME = 200
+MAX_BATCH = 100_000
+
+TOP_KEYS = (
+    "database",
+    "handlers",
+    "pools",
+    "jobs",
+    "shutdown_timeout",
+    "lease",
+    "rescue",
+    "purge",
+    "vacuum",
+    "history",
+    "metrics",
+    "log",
+)
+POOL_KEYS = (
+    "queues",
+    "processes",
+    "threads",
+    "batch",
+    "memory_limit",
+    "memory_hard_limit",
+    "max_jobs",
+    "poll_interval",
+)
+_POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def build_config(reader: Reader, top: Section, source: str) -> Config:
+    top.only(*TOP_KEYS)
+    handlers, kinds = _handlers(top)
+    return Config(
+        path=source,
+        database=_database(top.section("database", "dsn, embedded_dir, auto_migrate...")),
+        handlers=handlers,
+        pools=_pools(top),
+        jobs=_jobs(top, kinds),
+        shutdown_timeout=top.get("shutdown_timeout", duration(MAX_TIMEOUT), 30.0),
+        lease=_lease(top.section("lease", "duration, renew_every")),
+        rescue=_rescue(top.section("rescue", "interval, batch")),
+        purge=_purge(top.section("purge", "at, discarded_after, batch")),
+        vacuum=_vacuum(top.section("vacuum", "enabled, interval, dead_rows")),
+        history=_history(top.section("history", "enabled, keep")),
+        metrics=_metrics(top.section("metrics", "port, host")),
+        log=_log(top.section("log", "format, level")),
+        lines=dict(reader.lines),
+    )
+
+
+def _name_problem(name: str, what: str) -> str | None:
+    if not name.strip():
+        return f"{what} must not be empty"
+    if len(name) > MAX_NAME:
+        return f"{what} must be at most {MAX_NAME} characters, got {len(name)}"
+    if "\0" in name:
+        return f"{what} must not contain a NUL character"
+    return None
+
+
+def _named_entries(section: Section, what: str) -> list[tuple[str, Node, Node]]:
+    """The section's entries whose key is an acceptable name; the others are reported."""
+    accepted = []
+    for name, key_node, node in section:
+        problem = _name_problem(name, what)
+        if problem:
+            section.reader.report(section.key_path(name), problem, key_node)
+        else:
+            accepted.append((name, key_node, node))
+    return accepted
+
+
+def _handler_target(reader: Reader, node: Node) -> str:
+    value = text(max_chars=1000)(reader, node)
+    module, colon, function = value.partition(":")
+    dotted = [*module.split("."), *function.split(".")]
+    if not colon or not all(p.isidentifier() and not keyword.iskeyword(p) for p in dotted):
+        raise Bad("must look like 'package.module:function'", value)
+    return value
+
+
+def _handlers(top: Section) -> tuple[dict[str, str], list[str]]:
+    """The valid handlers, and every kind named under handlers (valid or not)."""
+    section = top.section("handlers", "map each job kind to 'module:function'", required=True)
+    handlers = {}
+    for kind, _, node in _named_entries(section, "job kind"):
+        target = section.read(section.key_path(kind), node, _handler_target, None)
+        if target is not None:
+            handlers[kind] = target
+    return handlers, [kind for kind, _, _ in section]
+
+
+def _database(s: Section) -> DatabaseConfig:
+    s.only("dsn", "embedded_dir", "auto_migrate", "connect_timeout")
+    return DatabaseConfig(
+        dsn=s.get("dsn", _dsn, None),
+        embedded_dir=s.get("embedded_dir", text(max_chars=4096), ".pgq"),
+        auto_migrate=s.get("auto_migrate", boolean, True),
+        connect_timeout=s.get("connect_timeout", duration(MAX_TIMEOUT), 5.0),
+    )
+
+
+def _dsn(reader: Reader, node: Node) -> str:
+    value = reader.text(node, "a connection string")
+    # An empty dsn (often an unset variable) must not quietly fall back to a throwaway
+    # embedded database in production: only a missing key means "embedded".
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise Bad("is empty; remove the key to run on the embedded server")
+    if not isinstance(value, str):
+        raise Bad("must be a connection string like postgresql://user@host/dbname")
+    return value
+
+
+def _pools(top: Section) -> dict[str, PoolConfig]:
+    section = top.section("pools", "each pool lists its queues and processes", required=True)
+    pools = {}
+    for name, key_node, node in section:
+        path = section.key_path(name)
+        if not _POOL_NAME.fullmatch(name):
+            section.reader.report(
+                path, "pool name must be 1-64 letters, digits, '_' or '-'", key_node
+            )
+        body = Section.of(section.reader, node, path, "with at least 'queues'", required=True)
+        if body:  # an empty or misshapen pool has been reported already
+            pools[name] = _pool(name, body)
+    return pools
+
+
+def _pool(name: str, s: Section) -> PoolConfig:
+    s.only(*POOL_KEYS)
+    memory_limit = s.get("memory_limit", optional(size(*MEMORY)), None)
+    hard_limit = s.get("memory_hard_limit", optional(size(*MEMORY)), None)
+    if memory_limit is not None and hard_limit is not None and hard_limit < memory_limit:
+        s.report(
+            "memory_hard_limit",
+            f"must be at least memory_limit ({format_size(memory_limit)}), "
+            f"got {format_size(hard_limit)}",
+        )
+    return PoolConfig(
+        name=name,
+        queues=_queues(s.section("queues", "queue: weight, like {pdf: 3}", required=True)),
+        processes=s.get("processes", integer(1, 256), 1),
+        threads=s.get("threads", integer(1, 256), 1),
+        batch=s.get("batch", integer(1, 1000), 1),
+        memory_limit=memory_limit,
+        memory_hard_limit=hard_limit,
+        max_jobs=s.get("max_jobs", optional(integer(1, 10**9)), None),
+        poll_interval=s.get("poll_interval", duration(MAX_DURATION), 1.0),
+    )
+
+
+def _queues(s: Section) -> dict[str, int]:
+    queues = {}
+    for queue, _, node in _named_entries(s, "queue name"):
+        weight = s.read(s.key_path(queue), node, integer(1, 1000, noun="weight"), None)
+        if weight is not None:
+            queues[queue] = weight
+    return queues
+
+
+def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
+    section = top.section("jobs", "per-kind policy: {kind: {timeout, max_attempts, backoff}}")
+    jobs = {}
+    for kind, key_node, node in _named_entries(section, "job kind"):
+        path = section.key_path(kind)
+        # Without any handler, that is the issue to fix first; don't add noise.
+        if kinds and kind not in kinds:
+            close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            section.reader.report(
+                path, f"no handler for this kind; add it under handlers{hint}", key_node
+            )
+        jobs[kind] = _policy(kind, Section.of(section.reader, node, path, "timeout, max_attempts"))
+    return jobs
+
+
+def _policy(kind: str, s: Section) -> JobPolicy:
+    s.only("timeout", "max_attempts", "backoff")
+    backoff = s.section("backoff", "base, cap")
+    backoff.only("base", "cap")
+    base = backoff.get("base", duration(MAX_DURATION), 2.0)
+    cap = backoff.get("cap", duration(MAX_DURATION), 3600.0)
+    if cap < base:
+        which = "cap" if "cap" in backoff else "base"
+        backoff.report(
+            which,
+            f"backoff.cap ({format_duration(cap)}) must be at least backoff.base "
+            f"({format_duration(base)})",
+        )
+    return JobPolicy(
+        kind=kind,
+        timeout=s.get("timeout", optional(duration(MAX_TIMEOUT)), None),
+        max_attempts=s.get("max_attempts", optional(integer(1, 1000)), None),
+        backoff_base=base,
+        backoff_cap=cap,
+    )
+
+
+def _lease(s: Section) -> LeaseConfig:
+    s.only("duration", "renew_every")
+    length = s.get("duration", duration(MAX_DURATION), 60.0)
+    renew_every = s.get("renew_every", duration(MAX_DURATION), None)
+    if renew_every is None:
+        # A shorter lease with the default renewal would break the rule below; follow it.
+        return LeaseConfig(length, min(LeaseConfig.renew_every, length / 3))
+    if renew_every > length / 3:
+        s.report(
+            "renew_every",
+            f"must be at most a third of lease.duration ({format_duration(length / 3)}) so "
+            f"two renewals can fail before the lease expires, got {format_duration(renew_every)}",
+        )
+    return LeaseConfig(length, renew_every)
+
+
+def _rescue(s: Section) -> RescueConfig:
+    s.only("interval", "batch")
+    return RescueConfig(
+        interval=s.get("interval", duration(MAX_DURATION), 60.0),
+        batch=s.get("batch", integer(1, MAX_BATCH), 1000),
+    )
+
+
+def _purge(s: Section) -> PurgeConfig:
+    s.only("at", "discarded_after", "batch")
+    return PurgeConfig(
+        at=s.get("at", clock, time(3, 0)),
+        discarded_after=s.get("discarded_after", duration(MAX_RETENTION), 14 * DAY),
+        batch=s.get("batch", integer(1, MAX_BATCH), 5000),
+    )
+
+
+def _vacuum(s: Section) -> VacuumConfig:
+    s.only("enabled", "interval", "dead_rows")
+    return VacuumConfig(
+        enabled=s.get("enabled", boolean, True),
+        interval=s.get("interval", duration(MAX_DURATION), 5.0),
+        dead_rows=s.get("dead_rows", integer(1, 1_000_000_000), 10_000),
+    )
+
+
+def _history(s: Section) -> HistoryConfig:
+    s.only("enabled", "keep")
+    return HistoryConfig(
+        enabled=s.get("enabled", boolean, False),
+        keep=s.get("keep", duration(MAX_RETENTION), 7 * DAY),
+    )
+
+
+def _metrics(s: Section) -> MetricsConfig:
+    s.only("port", "host")
+    return MetricsConfig(
+        port=s.get("port", optional(integer(1, 65535)), None),
+        host=s.get("host", text(max_chars=255), "127.0.0.1"),
+    )
+
+
+def _log(s: Section) -> LogConfig:
+    s.only("format", "level")
+    return LogConfig(
+        format=s.get("format", choice("text", "json"), "text"),
+        level=s.get("level", choice("debug", "info", "warning", "error"), "info"),
+    )

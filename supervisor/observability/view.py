@@ -1,0 +1,65 @@
+"""What the master shows its metrics: a small read-only picture, filled by the master on demand.
+
+The metrics server never reads the master's internals (its slots, its children's records, its
+database session); it asks for this view at each scrape, so the master can change its insides
+without breaking a dashboard, and the metrics import nothing of the master.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from supervisor.runtime.board import Board
+
+
+@dataclass
+class MasterCounters:
+    """What the master itself counts: rescues, requeues, restarts, kills, maintenance runs."""
+
+    rescued: int = 0
+    rescued_discarded: int = 0
+    requeued_after_crash: int = 0
+    discarded_after_crash: int = 0
+    timeouts: int = 0
+    hard_memory_kills: int = 0
+    purged: int = 0
+    restarts: dict[tuple[str, str], int] = field(default_factory=dict)
+    recycles: dict[tuple[str, str], int] = field(default_factory=dict)
+    rescuer_runs: int = 0
+    vacuums: int = 0
+
+    def restart(self, pool: str, reason: str) -> None:
+        self.restarts[(pool, reason)] = self.restarts.get((pool, reason), 0) + 1
+
+    def recycle(self, pool: str, why: str) -> None:
+        self.recycles[(pool, why)] = self.recycles.get((pool, why), 0) + 1
+
+
+@dataclass(frozen=True)
+class ChildView:
+    """One live child: its pool, its status board (shared memory), and whether it is ready
+    (connected and claiming: not booting, reconnecting, draining or being stopped)."""
+
+    pool: str
+    board: Board
+    ready: bool
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A configured pool: how many children it should run, and the queues it serves."""
+
+    processes: int
+    ready: int
+    queues: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MasterView:
+    pools: Mapping[str, PoolView]
+    # Every live child, those of pools retired by a reload included, until they are reaped.
+    children: tuple[ChildView, ...]
+    counters: MasterCounters
+    database_up: bool
+    stopping: bool

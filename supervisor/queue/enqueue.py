@@ -1,0 +1,283 @@
+"""Putting jobs in the queue, through the caller's connection and inside the caller's transaction.
+
+The job row joins whatever transaction the caller is in, so it exists if and only if the
+caller commits: no job for a rolled-back order, no order without its job. Every argument is
+checked before anything is sent, so a bad enqueue raises without writing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from supervisor.queue.queries import query
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 10
+# Arguments travel in every claim; a queue is not a blob store. Large payloads belong in a table
+# or object store, with their key in the arguments.
+MAX_ARGS_BYTES = 256 * 1024
+MAX_NAME_LENGTH = 200
+PRIORITY_RANGE = (-32768, 32767)
+
+
+class EnqueueError(ValueError):
+    """An enqueue was refused before anything was written; the message names the bad field."""
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to enqueue: what enqueue() takes as arguments, as a value for bulk enqueue."""
+
+    kind: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    unique_key: str | None = None
+
+
+@dataclass(frozen=True)
+class _Row:
+    queue: str
+    kind: str
+    args: str
+    priority: int
+    run_at: datetime | None
+    delay: float
+    max_attempts: int
+    unique_key: str | None
+
+
+def _check_name(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise EnqueueError(f"{what} must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise EnqueueError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise EnqueueError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    if "\x00" in value:
+        raise EnqueueError(f"{what} contains a NUL character")
+    if not _encodable(value):
+        raise EnqueueError(f"{what} is not valid Unicode (it holds a lone surrogate)")
+    return value
+
+
+def _encodable(text: str) -> bool:
+    """Whether text can travel as UTF-8: a lone surrogate (from a bad decode) cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _int(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EnqueueError(f"{what} must be an integer, not {type(value).__name__}")
+    return value
+
+
+# One encoder for every job: json.dumps with options builds a new one per call.
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
+    """The job's arguments as JSON text, or an EnqueueError saying exactly what is wrong."""
+    if not isinstance(args, Mapping):
+        raise EnqueueError(
+            f"job {kind!r}: args must be a JSON object (a dict of keyword arguments), "
+            f"not {type(args).__name__}"
+        )
+    try:
+        text = _JSON.encode(args)
+    except (TypeError, ValueError) as exc:
+        raise EnqueueError(f"job {kind!r}: args are not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise EnqueueError(
+            f"job {kind!r}: args contain a NUL character (\\u0000), which PostgreSQL's jsonb "
+            "cannot store; encode binary data (base64) first"
+        )
+    try:
+        size = len(text.encode("utf-8"))  # encoded once: it checks and measures
+    except UnicodeEncodeError:
+        raise EnqueueError(
+            f"job {kind!r}: args are not valid Unicode (a string holds a lone surrogate, "
+            "often from decoding bytes with errors='surrogateescape')"
+        ) from None
+    if size > limit:
+        raise EnqueueError(
+            f"job {kind!r}: args are {size} bytes of JSON; the limit is {limit} bytes. "
+            "Store large payloads elsewhere and pass their key"
+        )
+    return text
+
+
+def _seconds(what: str, value: float | timedelta | None) -> float:
+    if value is None:
+        return 0.0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise EnqueueError(f"{what} must be seconds or a timedelta, not {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise EnqueueError(f"{what} must be zero or more seconds, got {value!r}")
+    return float(seconds)
+
+
+def _validate(job: NewJob) -> _Row:
+    kind = _check_name("kind", job.kind)
+    queue = _check_name(f"job {kind!r}: queue", job.queue)
+    priority = _int(f"job {kind!r}: priority", job.priority)
+    low, high = PRIORITY_RANGE
+    if not low <= priority <= high:
+        raise EnqueueError(f"job {kind!r}: priority {priority} is outside {low}..{high}")
+    max_attempts = _int(f"job {kind!r}: max_attempts", job.max_attempts)
+    if max_attempts < 1:
+        raise EnqueueError(f"job {kind!r}: max_attempts must be at least 1, got {max_attempts}")
+    if job.delay is not None and job.run_at is not None:
+        raise EnqueueError(f"job {kind!r}: give delay or run_at, not both")
+    delay = _seconds(f"job {kind!r}: delay", job.delay)
+    if job.run_at is not None:
+        if not isinstance(job.run_at, datetime):
+            raise EnqueueError(f"job {kind!r}: run_at must be a datetime")
+        if job.run_at.tzinfo is None:
+            raise EnqueueError(
+                f"job {kind!r}: run_at must be timezone-aware; a naive datetime is ambiguous"
+            )
+    unique_key = job.unique_key
+    if unique_key is not None:
+        unique_key = _check_name(f"job {kind!r}: unique_key", unique_key)
+    return _Row(
+        queue=queue,
+        kind=kind,
+        args=encode_args(kind, job.args),
+        priority=priority,
+        run_at=job.run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        unique_key=unique_key,
+    )
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    kind: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    unique_key: str | None = None,
+    notify: bool = True,
+) -> int:
+    """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
+
+    Higher ``priority`` runs first within a queue. With ``unique_key``, an enqueue while a job
+    with that key is available or running returns that job's id and writes nothing.
+    """
+    row = _validate(
+        NewJob(
+            kind,
+            {} if args is None else args,
+            queue,
+            priority,
+            delay,
+            run_at,
+            max_attempts,
+            unique_key,
+        )
+    )
+    params = {
+        "queue": row.queue,
+        "kind": row.kind,
+        "args": row.args,
+        "priority": row.priority,
+        "run_at": row.run_at,
+        "delay": row.delay,
+        "max_attempts": row.max_attempts,
+        "unique_key": row.unique_key,
+        "notify": notify,
+    }
+    while True:
+        inserted = conn.execute(query("enqueue"), params).fetchone()
+        if inserted is not None:
+            return int(inserted[0])
+        existing = conn.execute(
+            query("job_by_unique_key"), {"unique_key": row.unique_key}
+        ).fetchone()
+        if existing is not None:
+            return int(existing[0])
+        # The holder of the key finished between our insert and our look-up: the key is free
+        # again, so the insert can now succeed.
+
+
+def enqueue_many(
+    conn: psycopg.Connection[Any], jobs: Iterable[NewJob], *, notify: bool = True
+) -> list[int]:
+    """Enqueue many jobs in one statement on ``conn``; returns their ids in input order.
+
+    A job whose unique key is already held (or repeated earlier in the batch) gets the id of the
+    job holding it. Every job is validated before anything is sent.
+    """
+    rows = [_validate(job) for job in jobs]
+    if not rows:
+        return []
+    cursor = conn.execute(
+        query("enqueue_many"),
+        {
+            "queues": [r.queue for r in rows],
+            "kinds": [r.kind for r in rows],
+            "args": "[" + ",".join([r.args for r in rows]) + "]",
+            "priorities": [r.priority for r in rows],
+            "run_ats": [r.run_at for r in rows],
+            "delays": [r.delay for r in rows],
+            "max_attempts": [r.max_attempts for r in rows],
+            "unique_keys": [r.unique_key for r in rows],
+        },
+    )
+    ids = _ids_in_input_order(conn, rows, cursor.fetchall())
+    if notify:
+        due = sorted({r.queue for r in rows if r.run_at is None and r.delay == 0})
+        if due:
+            conn.execute(query("notify_queues"), {"queues": due})
+    return ids
+
+
+def _ids_in_input_order(
+    conn: psycopg.Connection[Any], rows: list[_Row], returned: list[tuple[Any, ...]]
+) -> list[int]:
+    """Match returned (id, unique_key) rows to the input.
+
+    Rows without a unique key always insert and come back in input order; a row with a key gets
+    the id of whichever job holds that key, inserted now or already there.
+    """
+    plain = iter([int(job_id) for job_id, key in returned if key is None])
+    by_key = {key: int(job_id) for job_id, key in returned if key is not None}
+    missing = sorted({r.unique_key for r in rows if r.unique_key and r.unique_key not in by_key})
+    if missing:
+        found = conn.execute(query("jobs_by_unique_keys"), {"unique_keys": missing}).fetchall()
+        by_key.update({key: int(job_id) for key, job_id in found})
+    ids = []
+    for row in rows:
+        if row.unique_key is None:
+            ids.append(next(plain))
+        elif row.unique_key in by_key:
+            ids.append(by_key[row.unique_key])
+        else:
+            raise RuntimeError(
+                f"job {row.kind!r}: the job holding unique key {row.unique_key!r} finished during "
+                "this enqueue; enqueue it again"
+            )
+    return ids

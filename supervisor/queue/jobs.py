@@ -1,0 +1,207 @@
+"""Claiming jobs and every fenced write after the claim.
+
+A claim is its own short READ COMMITTED transaction: lock due rows with FOR UPDATE SKIP LOCKED,
+mark them running under a fresh fencing token, commit. The handler then runs with no
+transaction open. Completion, failure, release and lease renewal each match the job's
+(id, lease_id) fence; a write that matches nothing means the claim was lost (the lease expired
+and the job was rescued, or the job was requeued after its worker was presumed dead), and the
+caller is told which jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import IsolationLevel
+from psycopg.pq import TransactionStatus
+
+from supervisor.queue.job import Job
+from supervisor.queue.outcomes import Settlement
+from supervisor.queue.queries import query
+
+DEFAULT_LEASE_SECONDS = 60.0
+
+
+class LeaseLost(RuntimeError):
+    """A fenced write matched nothing: another owner (or the rescuer) has the job now."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.jobs = list(jobs)
+        listed = ", ".join(
+            f"{j.kind} job {j.id} (queue {j.queue}, attempt {j.attempts})" for j in self.jobs[:5]
+        )
+        more = f" and {len(self.jobs) - 5} more" if len(self.jobs) > 5 else ""
+        super().__init__(f"lease lost, result dropped: {listed}{more}")
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """The result of a fenced write: which jobs were still ours, and which were lost."""
+
+    kept: list[Job] = field(default_factory=list)
+    lost: list[Job] = field(default_factory=list)
+
+    def raise_if_lost(self) -> None:
+        if self.lost:
+            raise LeaseLost(self.lost)
+
+
+def _own_transaction(conn: psycopg.Connection[Any], what: str) -> None:
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise RuntimeError(
+            f"{what} must run in its own short transaction, but the connection is inside one; "
+            "a claim inside a long transaction would hold its row locks until that commits"
+        )
+    if conn.isolation_level not in (None, IsolationLevel.READ_COMMITTED):
+        raise RuntimeError(
+            f"{what} needs READ COMMITTED; under {conn.isolation_level.name} SKIP LOCKED claims "
+            "can fail with serialization errors"
+        )
+
+
+def send_claim(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    *,
+    worker: str,
+    limit: int,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> psycopg.Cursor[Any]:
+    """Send the claim and return its cursor without reading it, so that in pipeline mode it can
+    travel in one round trip (and one transaction) with the previous batch's outcomes."""
+    return conn.execute(
+        query("claim"),
+        {"queue": queue, "limit": limit, "worker": worker, "lease_seconds": lease_seconds},
+    )
+
+
+def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
+    jobs = [Job(*row) for row in cursor.fetchall()]
+    jobs.sort(key=lambda j: j.sort_key)
+    return jobs
+
+
+def claim(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    *,
+    worker: str,
+    limit: int = 1,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> list[Job]:
+    """Claim up to ``limit`` due jobs of ``queue`` for ``worker``; best priority first."""
+    _own_transaction(conn, "claim")
+    cursor = send_claim(conn, queue, worker=worker, limit=limit, lease_seconds=lease_seconds)
+    if not conn.autocommit:
+        conn.commit()
+    return claimed_jobs(cursor)
+
+
+def _split(jobs: Sequence[Job], kept_ids: Iterable[int]) -> Fenced:
+    kept = set(kept_ids)
+    return Fenced(
+        kept=[j for j in jobs if j.id in kept],
+        lost=[j for j in jobs if j.id not in kept],
+    )
+
+
+def send_complete(
+    conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
+) -> psycopg.Cursor[Any]:
+    return conn.execute(
+        query("complete"),
+        {
+            "ids": [j.id for j in jobs],
+            "lease_ids": [j.lease_id for j in jobs],
+            "history": history,
+        },
+    )
+
+
+def send_settle(
+    conn: psycopg.Connection[Any], settlements: Sequence[Settlement], *, history: bool = False
+) -> psycopg.Cursor[Any]:
+    return conn.execute(
+        query("settle"),
+        {
+            "ids": [s.job.id for s in settlements],
+            "lease_ids": [s.job.lease_id for s in settlements],
+            "states": [s.state for s in settlements],
+            "delays": [s.delay for s in settlements],
+            "refunds": [s.refund for s in settlements],
+            "errors": [s.error for s in settlements],
+            "history": history,
+        },
+    )
+
+
+def fenced(cursor: psycopg.Cursor[Any], jobs: Sequence[Job]) -> Fenced:
+    """Read a fenced write's result: the ids it returned were still ours."""
+    return _split(jobs, (r[0] for r in cursor.fetchall()))
+
+
+def complete(
+    conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
+) -> Fenced:
+    """Delete successfully finished jobs (one statement for the batch), fenced.
+
+    Runs in the connection's current transaction, so a handler's own writes and the completion
+    can commit together when the caller wants that.
+    """
+    if not jobs:
+        return Fenced()
+    return fenced(send_complete(conn, jobs, history=history), jobs)
+
+
+def settle(
+    conn: psycopg.Connection[Any], settlements: Sequence[Settlement], *, history: bool = False
+) -> Fenced:
+    """Record retries, snoozes, releases and discards (one statement for the batch), fenced."""
+    if not settlements:
+        return Fenced()
+    cursor = send_settle(conn, settlements, history=history)
+    return fenced(cursor, [s.job for s in settlements])
+
+
+def renew_leases(
+    conn: psycopg.Connection[Any],
+    jobs: Sequence[Job],
+    *,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> Fenced:
+    """Extend the leases of many claimed jobs in one statement, fenced."""
+    if not jobs:
+        return Fenced()
+    rows = conn.execute(
+        query("renew_leases"),
+        {
+            "ids": [j.id for j in jobs],
+            "lease_ids": [j.lease_id for j in jobs],
+            "lease_seconds": lease_seconds,
+        },
+    ).fetchall()
+    return _split(jobs, (r[0] for r in rows))
+
+
+def renew_worker_leases(
+    conn: psycopg.Connection[Any],
+    workers: Sequence[str],
+    *,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> int:
+    """Extend the lease of every job held by these worker identities; returns how many."""
+    if not workers:
+        return 0
+    cursor = conn.execute(
+        query("renew_worker_leases"),
+        {"workers": list(workers), "lease_seconds": lease_seconds},
+    )
+    return cursor.rowcount
+
+
+def lease_held(conn: psycopg.Connection[Any], job: Job) -> bool:
+    row = conn.execute(query("lease_held"), {"id": job.id, "lease_id": job.lease_id}).fetchone()
+    return bool(row and row[0])

@@ -1,0 +1,259 @@
+"""Recovery and cleanup: rescue expired leases, requeue a dead worker's jobs, purge, replay.
+
+Each function does one bounded piece of work and returns what it did, so the supervisor's
+periodic services can log counts and stay silent when nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from supervisor.queue import locks
+from supervisor.queue.queries import query
+
+RESCUE_BATCH = 1000
+PURGE_BATCH = 5000
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A job moved by the rescuer or a requeue: back to available, or discarded."""
+
+    id: int
+    queue: str
+    kind: str
+    state: str
+    attempts: int
+
+
+def _policy_params(max_attempts: Mapping[str, int] | None) -> dict[str, list[Any]]:
+    policy = dict(max_attempts or {})
+    return {
+        "policy_kinds": list(policy),
+        "policy_max_attempts": list(policy.values()),
+    }
+
+
+def requeue_worker(
+    conn: psycopg.Connection[Any],
+    worker: str,
+    reason: str,
+    *,
+    spent: Sequence[int] | None = None,
+    max_attempts: Mapping[str, int] | None = None,
+    history: bool = False,
+) -> list[Moved]:
+    """Give back every job held by ``worker``, which is known to be gone.
+
+    Jobs in ``spent`` were running when it died and keep their attempt spent (one of them may be
+    what killed it); ``None`` means every job counts, when nobody knows which were running.
+    The others were only claimed and get their attempt back.
+    """
+    params = {
+        "worker": worker,
+        "reason": reason,
+        "history": history,
+        "spent": list(spent) if spent is not None else None,
+        **_policy_params(max_attempts),
+    }
+    rows = conn.execute(query("requeue_worker"), params).fetchall()
+    return [Moved(*row) for row in rows]
+
+
+def rescue_batch(
+    conn: psycopg.Connection[Any],
+    *,
+    limit: int = RESCUE_BATCH,
+    max_attempts: Mapping[str, int] | None = None,
+    history: bool = False,
+) -> list[Moved]:
+    """Return up to ``limit`` jobs whose lease expired to available (or discarded)."""
+    rows = conn.execute(
+        query("rescue"),
+        {"limit": limit, "history": history, **_policy_params(max_attempts)},
+    ).fetchall()
+    return [Moved(*row) for row in rows]
+
+
+def try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    row = conn.execute(query("try_advisory_lock"), {"key": key}).fetchone()
+    return bool(row and row[0])
+
+
+def unlock(conn: psycopg.Connection[Any], key: int) -> None:
+    conn.execute(query("advisory_unlock"), {"key": key})
+
+
+def rescue(
+    conn: psycopg.Connection[Any],
+    *,
+    batch: int = RESCUE_BATCH,
+    max_attempts: Mapping[str, int] | None = None,
+    history: bool = False,
+    only_if: Callable[[psycopg.Connection[Any]], bool] | None = None,
+) -> list[Moved] | None:
+    """Rescue every expired lease, in bounded batches, under the rescuer's advisory lock.
+
+    Returns None when another rescuer holds the lock (it is doing this work right now), or
+    when ``only_if``, asked while the lock is held, says not to run this time.
+    ``conn`` must be an autocommit session: the lock is held by the session.
+    """
+    if not try_lock(conn, locks.RESCUE):
+        return None
+    try:
+        if only_if is not None and not only_if(conn):
+            return None
+        moved: list[Moved] = []
+        while True:
+            chunk = rescue_batch(conn, limit=batch, max_attempts=max_attempts, history=history)
+            moved.extend(chunk)
+            if len(chunk) < batch:
+                return moved
+    finally:
+        unlock(conn, locks.RESCUE)
+
+
+def purge_discarded(
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    batch: int = PURGE_BATCH,
+    kind: str | None = None,
+    queue: str | None = None,
+) -> int:
+    """Delete dead letters that finished before ``older_than``, in batches; returns how many.
+
+    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any.
+    """
+    params = {"older_than": older_than, "limit": batch, "kind": kind, "queue": queue}
+    total = 0
+    while True:
+        deleted = conn.execute(query("purge_discarded"), params).rowcount
+        total += deleted
+        if deleted < batch:
+            return total
+
+
+def ensure_history_partitions(conn: psycopg.Connection[Any], days_ahead: int = 2) -> int:
+    row = conn.execute(query("history_partitions"), {"days_ahead": days_ahead}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def purge_history(
+    conn: psycopg.Connection[Any], older_than: datetime, *, batch: int = PURGE_BATCH
+) -> int:
+    """Drop whole daily partitions older than ``older_than``; trim the default partition."""
+    row = conn.execute(query("drop_history"), {"older_than": older_than}).fetchone()
+    dropped = int(row[0]) if row else 0
+    while (
+        conn.execute(
+            query("purge_history_default"), {"older_than": older_than, "limit": batch}
+        ).rowcount
+        >= batch
+    ):
+        pass
+    return dropped
+
+
+@dataclass(frozen=True)
+class ReplayFilter:
+    ids: Sequence[int] | None = None
+    kind: str | None = None
+    queue: str | None = None
+    finished_before: datetime | None = None
+    everything: bool = False
+
+    def is_empty(self) -> bool:
+        return (
+            self.ids is None
+            and self.kind is None
+            and self.queue is None
+            and self.finished_before is None
+        )
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay did: the dead letters put back (id, queue), and the ones kept dead because
+    their unique key is held again (id, key)."""
+
+    jobs: list[tuple[int, str]]
+    held: list[tuple[int, str]]
+
+    @property
+    def ids(self) -> list[int]:
+        return [job_id for job_id, _ in self.jobs]
+
+
+def replay(conn: psycopg.Connection[Any], which: ReplayFilter) -> Replayed:
+    """Put matching dead letters back in their queues with attempts reset.
+
+    An empty filter replays nothing unless ``everything`` is set: replaying the whole dead-letter
+    queue must be asked for by name. A dead letter whose unique key is held again stays dead.
+    """
+    if which.is_empty() and not which.everything:
+        raise ValueError("replay needs ids, a kind, a queue or an age; or say everything=True")
+    rows = conn.execute(
+        query("replay"),
+        {
+            "ids": list(which.ids) if which.ids is not None else None,
+            "kind": which.kind,
+            "queue": which.queue,
+            "finished_before": which.finished_before,
+        },
+    ).fetchall()
+    result = Replayed(
+        jobs=[(int(job_id), queue) for job_id, queue, _, done in rows if done],
+        held=[(int(job_id), key) for job_id, _, key, done in rows if not done],
+    )
+    queues = sorted({queue for _, queue in result.jobs})
+    if queues:
+        conn.execute(query("notify_queues"), {"queues": queues})
+    return result
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    live_tuples: int
+    dead_tuples: int
+    last_autovacuum: datetime | None
+    last_vacuum: datetime | None
+    autovacuum_count: int
+    oldest_available_age: float | None
+
+
+def table_health(conn: psycopg.Connection[Any]) -> TableHealth | None:
+    row = conn.execute(query("table_health")).fetchone()
+    if row is None:
+        return None
+    live, dead, last_auto, last_manual, count, oldest = row
+    return TableHealth(
+        int(live),
+        int(dead),
+        last_auto,
+        last_manual,
+        int(count),
+        float(oldest) if oldest is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    available: int
+    scheduled: int
+    running: int
+    discarded: int
+    oldest_ready_age: float
+
+
+def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
+    return [
+        QueueStats(q, int(a), int(s), int(r), int(d), float(age))
+        for q, a, s, r, d, age in conn.execute(query("queue_stats")).fetchall()
+    ]

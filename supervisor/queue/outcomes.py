@@ -1,0 +1,168 @@
+"""What a handler can say about its job, and what each outcome writes.
+
+A handler that returns normally completed its job. It may instead raise one of the typed
+outcomes below; anything else it raises is a failure, retried with capped exponential backoff
+and jitter until the job runs out of attempts and is discarded (the dead-letter queue).
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+
+from supervisor.queue.job import Job
+
+MAX_ERROR_CHARS = 8000
+
+BACKOFF_BASE = 2.0
+BACKOFF_CAP = 3600.0
+
+
+def _seconds(delay: float | timedelta) -> float:
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if seconds < 0:
+        raise ValueError(f"a delay must be zero or more seconds, got {delay!r}")
+    return seconds
+
+
+class Outcome(Exception):
+    """Base of the typed outcomes a handler may raise."""
+
+
+class Retry(Outcome):
+    """Run the job again after ``delay`` seconds; spends the attempt, like a failure."""
+
+    def __init__(self, delay: float | timedelta, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay = _seconds(delay)
+        self.reason = reason
+
+
+class Discard(Outcome):
+    """Give up on the job now: it goes to the dead-letter queue with this reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Snooze(Outcome):
+    """Run the job later without spending an attempt (waiting on something, not failing)."""
+
+    def __init__(self, delay: float | timedelta) -> None:
+        super().__init__(f"snoozed for {delay}")
+        self.delay = _seconds(delay)
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    base: float = BACKOFF_BASE,
+    cap: float = BACKOFF_CAP,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: base * 2^(attempt-1), capped, jittered.
+
+    The jitter draws from [half, all] of the step so a burst of failures spreads out instead of
+    retrying in lockstep, while the wait still grows with every attempt.
+    """
+    step = min(base * 2.0 ** max(attempt - 1, 0), cap)
+    return step * (rng or random).uniform(0.5, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A fenced write that ends a claim other than by success (see the settle query)."""
+
+    job: Job
+    state: str  # 'available' or 'discarded'
+    delay: float | None  # None keeps run_at
+    refund: int  # 1 gives the attempt back
+    error: str | None  # None keeps the previous last_error
+
+    @property
+    def label(self) -> str:
+        if self.state == "discarded":
+            return "discarded"
+        if self.refund:
+            return "released" if self.delay is None else "snoozed"
+        return "retried"
+
+
+def release(job: Job) -> Settlement:
+    """Give back a claimed job that never started, without spending its attempt."""
+    return Settlement(job, "available", None, 1, None)
+
+
+def snooze(job: Job, delay: float | timedelta) -> Settlement:
+    return Settlement(job, "available", _seconds(delay), 1, None)
+
+
+def discard(job: Job, reason: str) -> Settlement:
+    return Settlement(job, "discarded", None, 0, clip_error(reason))
+
+
+def retry(
+    job: Job, delay: float | timedelta, error: str, *, max_attempts: int | None = None
+) -> Settlement:
+    """Run again after ``delay``, or discard with ``error`` when the attempts are spent."""
+    limit = max_attempts if max_attempts is not None else job.max_attempts
+    if job.attempts >= limit:
+        # rstrip: on a traceback's last line, not on a line of its own after the final newline.
+        note = f" (attempt {job.attempts} of {limit}: no attempts left)"
+        return discard(job, error.rstrip() + note)
+    return Settlement(job, "available", _seconds(delay), 0, clip_error(error))
+
+
+def failure(
+    job: Job,
+    error: str,
+    *,
+    max_attempts: int | None = None,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+) -> Settlement:
+    """A failed attempt: retry after the backoff for this attempt, or discard when spent."""
+    delay = backoff_delay(job.attempts, base=backoff_base, cap=backoff_cap)
+    return retry(job, delay, error, max_attempts=max_attempts)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The error text kept in last_error: the exception and a trimmed traceback."""
+    return clip_error("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def clip_error(text: str) -> str:
+    """At most MAX_ERROR_CHARS: the start and, above all, the end, where a traceback names the
+    exception and its message."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    marker = "\n...\n"
+    head = MAX_ERROR_CHARS // 4
+    return text[:head] + marker + text[-(MAX_ERROR_CHARS - head - len(marker)) :]
+
+
+def settlement_for(
+    job: Job,
+    exc: BaseException,
+    *,
+    max_attempts: int | None = None,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+) -> Settlement:
+    """Map what a handler raised to the write that records it."""
+    if isinstance(exc, Snooze):
+        return snooze(job, exc.delay)
+    if isinstance(exc, Discard):
+        return discard(job, f"discarded by handler: {exc.reason}")
+    if isinstance(exc, Retry):
+        return retry(job, exc.delay, f"retry requested: {exc.reason}", max_attempts=max_attempts)
+    return failure(
+        job,
+        describe_exception(exc),
+        max_attempts=max_attempts,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+    )

@@ -1,0 +1,59 @@
+"""Named SQL queries from sql/queries.sql, loaded once into a dict.
+
+Each block in the file starts with ``-- name: <name>``, followed by comment lines that describe
+it and then the statement. Keeping SQL in .sql files lets it be read, reviewed and EXPLAINed as
+SQL; Python only refers to a query by its name.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+_NAME = re.compile(r"^--\s*name:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def sql_dir() -> Path:
+    """sql/ at the top of a source checkout, or supervisor/sql inside an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "sql", here.parent.parent / "sql"):
+        if (candidate / "queries.sql").is_file():
+            return candidate
+    raise FileNotFoundError(f"the sql/ folder is missing next to {here}")
+
+
+def sql_text(relative: str) -> str:
+    """The text of a file under sql/."""
+    return (sql_dir() / relative).read_text(encoding="utf-8")
+
+
+def parse(text: str) -> dict[str, str]:
+    """Split a queries file into {name: sql}; the description comments stay with the SQL."""
+    matches = list(_NAME.finditer(text))
+    queries: dict[str, str] = {}
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
+        end = following.start() if following else len(text)
+        body = text[match.end() : end].strip()
+        statement = "\n".join(
+            line for line in body.splitlines() if not line.lstrip().startswith("--")
+        ).strip()
+        name = match.group("name")
+        if name in queries:
+            raise ValueError(f"sql/queries.sql: query {name!r} is defined twice")
+        if not statement:
+            raise ValueError(f"sql/queries.sql: query {name!r} has no SQL")
+        queries[name] = statement.rstrip(";")
+    return queries
+
+
+@cache
+def all_queries() -> dict[str, str]:
+    return parse(sql_text("queries.sql"))
+
+
+def query(name: str) -> str:
+    try:
+        return all_queries()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in sql/queries.sql") from None

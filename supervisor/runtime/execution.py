@@ -1,0 +1,343 @@
+"""Running one claimed job, and buffering its outcome until it is written.
+
+A handler that returns completed its job; whatever it raises is mapped to a settlement by
+supervisor.queue.outcomes. Outcomes are written in batches (one DELETE for the completions, one
+UPDATE for everything else), each fenced, so a batch of fast jobs costs one round trip, while a
+slow job's outcome is written as soon as it finishes (see Results.due).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from supervisor.queue import jobs as jobs_api
+from supervisor.queue import outcomes
+from supervisor.queue.context import JobContext
+from supervisor.queue.jobs import Job
+from supervisor.runtime.board import Board, Counter
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
+    from supervisor.config.handlers import Handler
+
+log = logging.getLogger("pgq.worker")
+
+# An outcome waits at most about this long (or until its batch ends) for others to share its
+# round trip. Longer means fewer round trips per job; a crash in the window re-runs at most this
+# much finished work, which at-least-once delivery allows.
+FLUSH_AFTER = 0.25
+
+
+class JobTimeout(BaseException):
+    """Raised inside a handler that ran past its kind's timeout. A BaseException, so a
+    handler's `except Exception` cannot swallow it."""
+
+
+class Orphaned(BaseException):
+    """Raised inside a handler when the master died: the child gives back its work and exits."""
+
+
+def job_fields(job: Job, pool: str) -> dict[str, Any]:
+    """The fields every log line about a job carries."""
+    return {
+        "job_id": job.id,
+        "kind": job.kind,
+        "queue": job.queue,
+        "attempt": job.attempts,
+        "pool": pool,
+    }
+
+
+@dataclass
+class Results:
+    """Outcomes waiting to be written."""
+
+    done: list[Job] = field(default_factory=list)
+    settled: list[outcomes.Settlement] = field(default_factory=list)
+    oldest: float | None = None
+    # After the database refused an outcome (a trigger, a constraint), when to try it again.
+    retry_at: float = 0.0
+    retry_delay: float = 0.0
+
+    def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
+        if settlement is None:
+            self.done.append(job)
+        else:
+            self.settled.append(settlement)
+        if self.oldest is None:
+            self.oldest = time.monotonic()
+
+    def __bool__(self) -> bool:
+        return bool(self.done or self.settled)
+
+    def due(self) -> bool:
+        return self.oldest is not None and time.monotonic() - self.oldest >= FLUSH_AFTER
+
+    def ready(self) -> bool:
+        """False while an outcome the database refused waits out its delay."""
+        return time.monotonic() >= self.retry_at
+
+    def write(
+        self,
+        conn: psycopg.Connection[Any],
+        board: Board,
+        pool: str,
+        history: bool,
+        then: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]] | None = None,
+    ) -> psycopg.Cursor[Any] | None:
+        """Write every outcome, fenced, in one round trip and one transaction; ``then`` (the
+        next claim) travels in the same pipeline, so a batch costs a single commit. Raises on
+        connection errors with nothing cleared, so the caller can reconnect and write again.
+        An outcome the database refuses (a trigger, a constraint) holds up neither the others
+        nor the claim: it stays here, tried again after a growing delay. Returns the cursor
+        ``then`` produced."""
+        if not self.ready():
+            return then(conn) if then is not None else None
+        try:
+            with conn.pipeline():
+                done = (
+                    jobs_api.send_complete(conn, self.done, history=history) if self.done else None
+                )
+                settled = (
+                    jobs_api.send_settle(conn, self.settled, history=history)
+                    if self.settled
+                    else None
+                )
+                after = then(conn) if then is not None else None
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            self._write_one_by_one(conn, board, pool, history)
+            return then(conn) if then is not None else None
+        _tally(
+            board,
+            pool,
+            jobs_api.fenced(done, self.done) if done is not None else None,
+            self.settled,
+            jobs_api.fenced(settled, [s.job for s in self.settled])
+            if settled is not None
+            else None,
+        )
+        self.done, self.settled, self.oldest = [], [], None
+        self.retry_delay = 0.0
+        return after
+
+    def _write_one_by_one(
+        self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool
+    ) -> None:
+        refused: list[tuple[Job, outcomes.Settlement | None, psycopg.Error]] = []
+        pending = [(j, None) for j in self.done] + [(s.job, s) for s in self.settled]
+        try:
+            while pending:
+                job, settlement = pending[0]
+                try:
+                    if settlement is None:
+                        _tally(board, pool, jobs_api.complete(conn, [job], history=history))
+                    else:
+                        result = jobs_api.settle(conn, [settlement], history=history)
+                        _tally(board, pool, None, [settlement], result)
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as exc:
+                    refused.append((job, settlement, exc))
+                pending.pop(0)
+        finally:
+            # Written ones are gone; an outage mid-way leaves the rest for after a reconnect.
+            left = [(j, s) for j, s, _ in refused] + pending
+            self.done = [job for job, s in left if s is None]
+            self.settled = [s for _, s in left if s is not None]
+        if not refused:
+            self.oldest, self.retry_delay = None, 0.0
+            return
+        self.retry_delay = min(max(1.0, self.retry_delay * 2), 30.0)
+        self.retry_at = time.monotonic() + self.retry_delay
+        for job, _, exc in refused:
+            log.error(
+                "the database refused the outcome of job %s (%s) on queue %s, attempt %s: %s; "
+                "the job stays claimed, trying again in %.0fs",
+                job.id,
+                job.kind,
+                job.queue,
+                job.attempts,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                self.retry_delay,
+                extra=job_fields(job, pool),
+            )
+
+
+def _tally(
+    board: Board,
+    pool: str,
+    finished: jobs_api.Fenced | None,
+    settled: list[outcomes.Settlement] | None = None,
+    result: jobs_api.Fenced | None = None,
+) -> None:
+    """Count what fenced writes kept, and say which results were dropped."""
+    lost: list[Job] = []
+    if finished is not None:
+        board.count(Counter.COMPLETED, len(finished.kept))
+        lost.extend(finished.lost)
+    if result is not None:
+        kept = {j.id for j in result.kept}
+        for s in settled or []:
+            if s.job.id in kept:
+                _count_settlement(board, s)
+                _log_settlement(s, pool)
+        lost.extend(result.lost)
+    for job in lost:
+        board.count(Counter.LOST)
+        log.warning(
+            "lease lost, result dropped: job %s (%s) on queue %s was given to another "
+            "worker while attempt %s ran here",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            extra=job_fields(job, pool),
+        )
+
+
+def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
+    counter = {
+        "discarded": Counter.DISCARDED,
+        "retried": Counter.RETRIED,
+        "snoozed": Counter.SNOOZED,
+        "released": Counter.RELEASED,
+    }[s.label]
+    board.count(counter)
+
+
+def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
+    job = s.job
+    first_line = (s.error or "").strip().splitlines()[-1:] or [""]
+    if s.label == "discarded":
+        log.error(
+            "job %s (%s) on queue %s discarded after attempt %s: %s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            first_line[0],
+            extra=job_fields(job, pool),
+        )
+    elif s.label == "retried":
+        log.warning(
+            "job %s (%s) on queue %s failed attempt %s, retrying in %.1fs: %s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            s.delay or 0.0,
+            first_line[0],
+            extra=job_fields(job, pool),
+        )
+
+
+class Executor:
+    """Runs jobs for one child: looks up the handler, builds its context, times it, maps the
+    outcome. One instance per child; ``run`` may be called from several handler threads."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        pool: str,
+        worker_id: str,
+        handlers: Mapping[str, Handler],
+        kinds: list[str],
+        board: Board,
+        lease_check: Callable[[Job], bool],
+        interruptible_thread: int | None,
+    ) -> None:
+        self.config = config
+        self.pool = pool
+        self.worker_id = worker_id
+        self.handlers = handlers
+        self.kind_index = {kind: i for i, kind in enumerate(kinds)}
+        self.board = board
+        self.lease_check = lease_check
+        # Handlers on this thread run on the process's main thread, where a signal handler can
+        # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
+        self.interruptible_thread = interruptible_thread
+        # True only while such a handler runs: a signal raises into the handler, never into our
+        # own bookkeeping around it.
+        self.interruptible = False
+        self.deadline: float | None = None
+        # Handler threads share the board's counters; `+=` on shared memory is not atomic.
+        self.counter_lock = threading.Lock()
+
+    def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
+        """Run one job; returns its settlement, or None when it completed."""
+        policy = self.config.policy(job.kind)
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            with self.counter_lock:
+                self.board.count(Counter.UNKNOWN_KIND)
+            known = ", ".join(sorted(self.handlers)) or "none"
+            return outcomes.failure(
+                job,
+                f"no handler for kind {job.kind!r} in pool {self.pool} (handlers here: {known}); "
+                "retrying, since a worker from a newer deploy may know it",
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
+        started = self.board.job_started(
+            thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
+        )
+        context = None
+        if handler.wants_context:
+            context = JobContext(
+                id=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempts,
+                max_attempts=policy.max_attempts or job.max_attempts,
+                lease_id=job.lease_id,
+                worker=self.worker_id,
+                created_at=job.created_at,
+                deadline=started + policy.timeout if policy.timeout else None,
+                _check_lease=lambda: self.lease_check(job),
+            )
+        settlement: outcomes.Settlement | None = None
+        self.deadline = started + policy.timeout if policy.timeout else None
+        try:
+            self.interruptible = thread == self.interruptible_thread
+            handler(job.args, context)
+            self.interruptible = False
+        except JobTimeout:
+            self.interruptible = False
+            settlement = outcomes.failure(
+                job,
+                f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
+        except Orphaned:
+            self.interruptible = False
+            raise
+        except BaseException as exc:  # a handler's SystemExit is its failure, not ours
+            self.interruptible = False
+            settlement = outcomes.settlement_for(
+                job,
+                exc,
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
+        finally:
+            self.interruptible = False
+            self.deadline = None
+            self.board.job_finished(thread)
+            with self.counter_lock:
+                self.board.observe_job(time.monotonic() - started)
+                self.board.count(Counter.JOBS_RUN)
+        return settlement

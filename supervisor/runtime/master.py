@@ -1,0 +1,616 @@
+"""The master: one single-threaded loop that keeps every pool's children alive and healthy.
+
+Each turn of the loop does the same things in the same order (gunicorn's arbiter is the model):
+handle the signals that arrived, reap children that died, read what children reported, pass on
+job notifications, run the periodic services that are due, escalate kills whose grace ran out,
+refill empty slots, then sleep until a signal, a child, the database or a timer wakes it.
+Signal handlers only record the signal (through the wake-up pipe); everything else happens here.
+No threads: forking a threaded process can deadlock the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
+from supervisor.runtime import proctitle
+from supervisor.runtime.board import State
+from supervisor.runtime.children import HOSTNAME, Child, Slot, spawn
+from supervisor.runtime.database import MasterDatabase
+from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
+from supervisor.runtime.services import (
+    LeaseRenewal,
+    MemoryWatch,
+    PendingRequeue,
+    Purger,
+    Registry,
+    Requeuer,
+    Rescuer,
+    Service,
+    TimeoutWatch,
+)
+from supervisor.runtime.vacuum import QueueVacuum
+
+if TYPE_CHECKING:
+    from supervisor.config import Config, PoolConfig
+    from supervisor.config.handlers import Handler
+    from supervisor.observability.metrics import MetricsServer
+
+log = logging.getLogger("pgq.master")
+
+# How long a child told to stop (timeout, hard memory limit) gets before SIGKILL.
+KILL_GRACE = 5.0
+# Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
+BOOT_FAILURE_LIMIT = 5
+NOTIFY_CHANNEL = "pgq_jobs"
+# Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
+# by MemoryWatch when it decides the kill.
+RECYCLE_KINDS: dict[ChildExit | None, str] = {
+    ChildExit.MEMORY_RECYCLE: "soft",
+    ChildExit.MAX_JOBS_RECYCLE: "max_jobs",
+}
+
+
+@dataclass
+class PoolRuntime:
+    config: PoolConfig
+    generation: int
+    slots: list[Slot]
+
+
+class Master:
+    def __init__(
+        self,
+        config: Config,
+        handlers: dict[str, Handler],
+        dsn: str,
+        *,
+        metrics: MetricsServer | None = None,
+    ) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.kinds = sorted(handlers)
+        self.dsn = dsn
+        self.supervisor_id = f"{HOSTNAME}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.db = MasterDatabase(
+            dsn, name="master", connect_timeout=config.database.connect_timeout
+        )
+        self.listener = MasterDatabase(
+            dsn,
+            name="listener",
+            connect_timeout=config.database.connect_timeout,
+            on_connect=lambda conn: conn.execute(f"LISTEN {NOTIFY_CHANNEL}"),
+        )
+        self.listener_fd: int | None = None
+        self.metrics = metrics
+        self.counters = MasterCounters()
+        self.pools: dict[str, PoolRuntime] = {}
+        self.children: dict[int, Child] = {}
+        self.generation = 0
+        self.stopping = False
+        self.stop_deadline: float | None = None
+        self.exit_code = MasterExit.OK
+        self.selector = selectors.DefaultSelector()
+        self.requeuer = Requeuer(self, interval=1.0)
+        self.vacuum = QueueVacuum(self, self.selector)
+        self.services: list[Service] = []
+        self.title = ""
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.start()
+        try:
+            while not (self.stopping and not self.children):
+                self.turn()
+        finally:
+            self.finish()
+        return self.exit_code
+
+    def turn(self) -> None:
+        """One turn of the loop. A bug in one step is logged and the loop goes on: the master
+        owns the children's liveness and must outlive its own mistakes."""
+        steps = [
+            self.handle_signals,
+            self.reap_children,
+            self.handle_notifications,
+            self.run_due_services,
+            self.escalate_kills,
+            self.tend_slots,
+            self.update_title,
+            self.sleep,
+        ]
+        for step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("master: %s failed; carrying on", step.__name__)
+                time.sleep(0.1)  # never spin on a step that keeps failing
+
+    def start(self) -> None:
+        self.update_title()
+        self._signal_r, self._signal_w = os.pipe()
+        for fd in (self._signal_r, self._signal_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self._signal_w)
+        for signum in (
+            signal.SIGTERM,
+            signal.SIGINT,
+            signal.SIGHUP,
+            signal.SIGCHLD,
+            signal.SIGQUIT,
+        ):
+            signal.signal(signum, _record_only)
+        self.selector.register(self._signal_r, selectors.EVENT_READ, "signals")
+        if self.metrics is not None:
+            self.metrics.attach(self.metrics_view, self.selector)
+        self.build_services()
+        for name, pool in self.config.pools.items():
+            self.pools[name] = self.new_pool_runtime(pool)
+        log.info(
+            "supervisor %s started: %d pools, %d children, config %s",
+            self.supervisor_id,
+            len(self.pools),
+            sum(p.processes for p in self.config.pools.values()),
+            self.config.path,
+        )
+
+    def build_services(self) -> None:
+        config = self.config
+        purger = Purger(self, 86400.0)
+        purger.next_due = purger.next_run(time.monotonic())  # at purge.at, not at start
+        self.services = [
+            LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
+            Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
+            purger,
+            MemoryWatch(self, 2.0),
+            TimeoutWatch(self, 0.25),
+            Registry(self, 5.0),
+            self.requeuer,
+        ]
+        self.vacuum.configure(config.vacuum)
+        if config.vacuum.enabled:
+            self.services.append(self.vacuum)
+        if self.metrics is not None:
+            from supervisor.runtime.metrics_feed import metrics_services
+
+            self.services.extend(metrics_services(self, self.metrics))
+        if config.history.enabled:
+            from supervisor.queue.maintenance import ensure_history_partitions
+
+            self.db.run("history partitions", ensure_history_partitions)
+
+    def new_pool_runtime(self, pool: PoolConfig) -> PoolRuntime:
+        self.generation += 1
+        return PoolRuntime(
+            pool, self.generation, [Slot(pool.name, i + 1) for i in range(pool.processes)]
+        )
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def handle_signals(self) -> None:
+        try:
+            received = os.read(self._signal_r, 4096)
+        except BlockingIOError:
+            return
+        for signum in received:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                self.begin_stop(signal.Signals(signum).name)
+            elif signum == signal.SIGQUIT:
+                self.stop_now("SIGQUIT")
+            elif signum == signal.SIGHUP:
+                self.reload()
+            # SIGCHLD needs nothing: reap_children runs every turn.
+
+    # -- children ------------------------------------------------------------------------------
+
+    def live_children(self) -> list[Child]:
+        return list(self.children.values())
+
+    def metrics_view(self) -> MasterView:
+        """What a scrape may know of this master, built afresh for each one."""
+        pools = {
+            name: PoolView(
+                processes=len(runtime.slots),
+                ready=sum(1 for s in runtime.slots if s.child is not None and s.child.ready()),
+                queues=tuple(runtime.config.queues),
+            )
+            for name, runtime in self.pools.items()
+        }
+        children = tuple(ChildView(c.pool, c.board, c.ready()) for c in self.children.values())
+        return MasterView(pools, children, self.counters, self.db.reachable, self.stopping)
+
+    def inherited_fds(self) -> list[int]:
+        """Descriptors a new child must close at once: nothing of the master's may be used
+        (or closed through libpq) on the child's side of the fork."""
+        fds = [self._signal_r, self._signal_w]
+        with contextlib.suppress(Exception):
+            fds.append(self.selector.fileno())  # type: ignore[attr-defined]
+        for db in (self.db, self.listener, self.vacuum):
+            fd = db.fileno()
+            if fd is not None:
+                fds.append(fd)
+        for child in self.children.values():
+            fds.extend((child.wake_fd, child.report_fd))
+        if self.metrics is not None:
+            fds.extend(self.metrics.filenos())
+        return fds
+
+    def tend_slots(self) -> None:
+        """Refill empty slots; while stopping, only enforce the deadline. Decided when the step
+        runs, not when the turn begins: a SIGTERM handled earlier in this turn must not be
+        followed by a fresh child in the slot its drained child just left."""
+        if self.stopping:
+            self.enforce_stop_deadline()
+        else:
+            self.refill_slots()
+
+    def refill_slots(self) -> None:
+        now = time.monotonic()
+        for runtime in self.pools.values():
+            for slot in runtime.slots:
+                if slot.child is None and now >= slot.next_spawn:
+                    self.spawn_into(runtime, slot)
+
+    def spawn_into(self, runtime: PoolRuntime, slot: Slot) -> None:
+        try:
+            child = spawn(
+                config=self.config,
+                pool=runtime.config,
+                slot=slot.index,
+                generation=runtime.generation,
+                dsn=self.dsn,
+                handlers=self.handlers,
+                kinds=self.kinds,
+                inherited_fds=self.inherited_fds,
+            )
+        except OSError as exc:
+            log.error(
+                "cannot fork a child for %s#%s: %s; retrying in 1s", slot.pool, slot.index, exc
+            )
+            slot.next_spawn = time.monotonic() + 1.0
+            return
+        slot.child = child
+        self.children[child.pid] = child
+        self.selector.register(child.report_fd, selectors.EVENT_READ, child)
+        log.info(
+            "spawned %s#%s (pid %s)", slot.pool, slot.index, child.pid, extra={"pool": slot.pool}
+        )
+
+    def slot_of(self, child: Child) -> Slot | None:
+        runtime = self.pools.get(child.pool)
+        if runtime is None or runtime.generation != child.generation:
+            return None  # retired by a reload
+        slot = runtime.slots[child.slot - 1]
+        return slot if slot.child is child else None
+
+    def reap_children(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self.child_exited(child, ExitReason.from_status(status))
+
+    def child_exited(self, child: Child, reason: ExitReason) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(child.report_fd)
+        what = reason.describe(killed_by_master=child.kill_reason is not None)
+        if child.kill_reason:
+            what += f" after being stopped: {child.kill_reason}"
+        label = f"{child.pool}#{child.slot} (pid {child.pid})"
+        extra = {"pool": child.pool}
+        if reason.clean:
+            log.info("%s %s", label, what, extra=extra)
+            recycled = RECYCLE_KINDS.get(reason.child_exit)
+            if recycled is not None:
+                self.counters.recycle(child.pool, recycled)
+            # A drained child holds nothing it knows of, but it may hold a claim it never heard
+            # of (the connection died as the claim committed) or an outcome the database
+            # refused: nobody renews those leases now, so give them back at once.
+            self.requeuer.add(
+                PendingRequeue(
+                    child.worker_id, f"worker {label} {what} still holding it", child.pool
+                )
+            )
+        else:
+            log.error("%s %s", label, what, extra=extra)
+            running = [job.job_id for job in child.board.running_jobs()]
+            self.requeuer.add(
+                PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool, running)
+            )
+        self.kill_leftovers(child, label)
+        if self.metrics is not None:
+            self.metrics.absorb(child.pool, child.board)
+        slot = self.slot_of(child)
+        if slot is not None and self.stopping:
+            slot.child = None  # its board is closed below; nothing may read it through the slot
+        elif slot is not None:
+            self.counters.restart(child.pool, reason.metric_label)
+            delay = slot.child_exited(child, reason)
+            if slot.failed_boots:
+                self.check_boot_loop(child.pool)
+            if delay > 0:
+                log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
+        child.close()
+
+    def kill_leftovers(self, child: Child, label: str) -> None:
+        """Nothing outlives its child: a handler's subprocess still in the child's process
+        group (it ignored the TERM of a timeout kill, or its parent was SIGKILLed) would run on
+        with nobody left to stop it. The group's id cannot be reused while a member lives."""
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        log.warning(
+            "%s left processes behind in its process group; killed them",
+            label,
+            extra={"pool": child.pool},
+        )
+
+    def check_boot_loop(self, pool: str) -> None:
+        runtime = self.pools[pool]
+        if all(s.failed_boots >= BOOT_FAILURE_LIMIT for s in runtime.slots):
+            last = runtime.slots[-1].last_failure
+            log.critical(
+                "pool %s cannot boot: every one of its %d children failed to start %d times "
+                "in a row (last: %s); stopping with exit code %d",
+                pool,
+                len(runtime.slots),
+                BOOT_FAILURE_LIMIT,
+                last,
+                MasterExit.BOOT_FAILED,
+                extra={"pool": pool},
+            )
+            self.exit_code = MasterExit.BOOT_FAILED
+            self.begin_stop(f"pool {pool} crash loop")
+
+    def read_child_report(self, child: Child) -> None:
+        try:
+            data = os.read(child.report_fd, 4096)
+        except (BlockingIOError, OSError):
+            return
+        if b"M" in data:
+            self.wake_idle(child.pool, exclude=child)
+
+    def kill_child(self, child: Child, reason: str) -> None:
+        """Stop a child now: TERM its process group, KILL it after a grace period."""
+        if child.kill_reason:
+            return
+        child.kill_reason = reason
+        child.kill_at = time.monotonic() + KILL_GRACE
+        log.warning(
+            "stopping %s#%s (pid %s): %s",
+            child.pool,
+            child.slot,
+            child.pid,
+            reason,
+            extra={"pool": child.pool},
+        )
+        child.signal_group(signal.SIGTERM)
+
+    def escalate_kills(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.kill_at is not None and now >= child.kill_at:
+                log.error(
+                    "%s#%s (pid %s) did not stop within %.0fs; killing its process group",
+                    child.pool,
+                    child.slot,
+                    child.pid,
+                    KILL_GRACE,
+                    extra={"pool": child.pool},
+                )
+                child.signal_group(signal.SIGKILL)
+                child.kill_at = None
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def handle_notifications(self) -> None:
+        conn = self.listener.connection()
+        fd = conn.fileno() if conn is not None else None
+        if fd != self.listener_fd:
+            if self.listener_fd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(self.listener_fd)
+            if fd is not None:
+                self.selector.register(fd, selectors.EVENT_READ, "listener")
+            self.listener_fd = fd
+
+    def read_notifications(self) -> None:
+        payloads = self.listener.run(
+            "listen", lambda conn: [n.payload for n in conn.notifies(timeout=0)]
+        )
+        for queue in dict.fromkeys(payloads or []):
+            for runtime in self.pools.values():
+                if queue in runtime.config.queues:
+                    self.wake_idle(runtime.config.name, queue=queue)
+
+    def wake_idle(
+        self, pool: str, *, exclude: Child | None = None, queue: str | None = None
+    ) -> None:
+        """Wake one child of the pool that can take the work, telling it which queue has it.
+
+        An idle child first. Then one that is claiming: its claim may have looked before this
+        job committed, and it would then sleep a whole poll interval with the job waiting; the
+        byte left in its pipe sends it straight back to claim. Then a threaded child with a
+        free thread, which otherwise waits for a running job to end. Single-threaded running
+        children claim when their batch is done, and connecting ones once connected.
+        """
+        runtime = self.pools.get(pool)
+        if runtime is None:
+            return
+        queues = list(runtime.config.queues)
+        hint = queues.index(queue) + 1 if queue in queues else 0
+        threads = runtime.config.threads
+        children = [s.child for s in runtime.slots if s.child not in (None, exclude)]
+        preferences: list[Callable[[Child], bool]] = [
+            lambda c: c.board.state == State.IDLE,
+            lambda c: c.board.state == State.CLAIMING,
+            lambda c: (
+                threads > 1
+                and c.board.state == State.RUNNING
+                and len(c.board.running_jobs()) < threads
+            ),
+        ]
+        for can_take in preferences:
+            for child in children:
+                if can_take(child):
+                    child.wake(hint)
+                    return
+
+    # -- services, reload, stop ----------------------------------------------------------------
+
+    def run_due_services(self) -> None:
+        now = time.monotonic()
+        for service in self.services:
+            if service.due(now):
+                service.run(now)
+
+    def reload(self) -> None:
+        from supervisor.config import ConfigError, load_config
+        from supervisor.config.handlers import load_handlers
+
+        log.info("SIGHUP: reloading %s", self.config.path)
+        try:
+            new = load_config(self.config.path)
+            handlers = load_handlers(new)
+        except ConfigError as exc:
+            log.error("reload rejected, keeping the running configuration: %s", exc)
+            return
+        if new.database != self.config.database:
+            log.warning("reload: database settings changed; they apply at the next restart")
+            new = replace(new, database=self.config.database)
+        if new.metrics != self.config.metrics:
+            log.warning("reload: metrics settings changed; they apply at the next restart")
+        shared_changed = (
+            {k: h.target for k, h in handlers.items()}
+            != {k: h.target for k, h in self.handlers.items()}
+            or new.jobs != self.config.jobs
+            or new.lease != self.config.lease
+            or new.history != self.config.history
+        )
+        old_pools = self.pools
+        self.config, self.handlers, self.kinds = new, handlers, sorted(handlers)
+        self.pools = {}
+        for name, pool in new.pools.items():
+            runtime = old_pools.pop(name, None)
+            if runtime is not None and runtime.config == pool and not shared_changed:
+                self.pools[name] = runtime
+                continue
+            self.pools[name] = self.new_pool_runtime(pool)
+            if runtime is not None:
+                old_pools[name] = runtime
+            log.info("reload: pool %s %s", name, "changed" if runtime else "added")
+        for name, runtime in old_pools.items():
+            for slot in runtime.slots:
+                if slot.child is not None:
+                    slot.child.draining = True
+                    slot.child.signal(signal.SIGTERM)
+            if name not in new.pools:
+                log.info("reload: pool %s removed", name)
+        self.build_services()
+
+    def begin_stop(self, why: str) -> None:
+        if self.stopping:
+            self.stop_now(f"second {why}")
+            return
+        self.stopping = True
+        self.stop_deadline = time.monotonic() + self.config.shutdown_timeout
+        log.info(
+            "%s: draining %d children (up to %.0fs)",
+            why,
+            len(self.children),
+            self.config.shutdown_timeout,
+        )
+        for child in self.children.values():
+            child.draining = True
+            child.signal(signal.SIGTERM)
+
+    def stop_now(self, why: str) -> None:
+        self.stopping = True
+        self.stop_deadline = time.monotonic()
+        log.warning("%s: stopping now; killing %d children", why, len(self.children))
+        self.enforce_stop_deadline()
+
+    def enforce_stop_deadline(self) -> None:
+        if self.stop_deadline is None or time.monotonic() < self.stop_deadline:
+            return
+        for child in self.children.values():
+            if child.kill_reason is None:
+                child.kill_reason = "still running at the end of the shutdown timeout"
+                child.signal_group(signal.SIGKILL)
+        self.stop_deadline = None
+
+    def finish(self) -> None:
+        """After the last child: give back what is still held, say goodbye, close up."""
+        deadline = time.monotonic() + 5.0
+        while self.requeuer.pending and time.monotonic() < deadline:
+            self.requeuer.run_once()
+            if self.requeuer.pending:
+                time.sleep(0.5)
+        if self.requeuer.pending:
+            log.error(
+                "could not requeue the jobs of %d stopped workers (database unreachable); "
+                "the rescuer will return them when their leases expire",
+                len(self.requeuer.pending),
+            )
+        from supervisor.runtime import registry
+
+        self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
+        self.vacuum.close()
+        self.db.close()
+        self.listener.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        signal.set_wakeup_fd(-1)
+        log.info("supervisor stopped (exit code %d)", self.exit_code)
+
+    # -- sleeping --------------------------------------------------------------------------------
+
+    def update_title(self) -> None:
+        state = "stopping" if self.stopping else "running"
+        title = proctitle.master_title(self.config.path, len(self.children), state)
+        if title != self.title:  # every turn of the loop would rewrite it otherwise
+            proctitle.set_title(title)
+            self.title = title
+
+    def sleep(self) -> None:
+        now = time.monotonic()
+        wake_at = [s.next_due for s in self.services]
+        wake_at += [
+            slot.next_spawn for rt in self.pools.values() for slot in rt.slots if slot.child is None
+        ]
+        wake_at += [c.kill_at for c in self.children.values() if c.kill_at is not None]
+        if self.stop_deadline is not None:
+            wake_at.append(self.stop_deadline)
+        timeout = min(1.0, max(0.0, min(wake_at, default=now + 1.0) - now))
+        for key, _ in self.selector.select(timeout):
+            data: Any = key.data
+            if data == "signals":
+                continue  # read at the top of the next turn
+            if data == "listener":
+                self.read_notifications()
+            elif isinstance(data, Child):
+                self.read_child_report(data)
+            elif data is self.vacuum:
+                self.vacuum.on_readable()
+            elif self.metrics is not None:
+                self.metrics.handle(key)
+
+
+def _record_only(signum: int, frame: Any) -> None:
+    """Signal handler: the wake-up fd already carries the signal number to the loop."""

@@ -1,0 +1,346 @@
+"""The master's periodic services, all of one shape.
+
+Each service has a name, an interval and a ``run_once``; the master calls ``run`` on the ones
+that are due. A failure is logged and retried at the next interval, never fatal: the loop that
+owns the children must outlive any database hiccup. Services are silent when nothing changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psycopg
+
+from supervisor.observability.view import MasterCounters
+from supervisor.queue import jobs as jobs_api
+from supervisor.queue import locks, maintenance
+from supervisor.queue.queries import query
+from supervisor.runtime import memory, registry
+from supervisor.runtime.children import HOSTNAME, Child
+from supervisor.runtime.database import MasterDatabase
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
+
+log = logging.getLogger("pgq.master")
+
+
+class Host(Protocol):
+    """What the services need from the master."""
+
+    db: MasterDatabase
+    config: Config
+    dsn: str
+    supervisor_id: str
+    counters: MasterCounters
+    kinds: list[str]
+
+    def live_children(self) -> list[Child]: ...
+
+    def kill_child(self, child: Child, reason: str) -> None: ...
+
+
+class Service:
+    name = "service"
+
+    def __init__(self, host: Host, interval: float, *, first_in: float = 0.0) -> None:
+        self.host = host
+        self.interval = interval
+        self.next_due = time.monotonic() + first_in
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_due
+
+    def run(self, now: float) -> None:
+        try:
+            self.run_once()
+        except Exception:
+            log.exception("%s failed; it will run again in %.0fs", self.name, self.interval)
+        finally:
+            self.next_due = self.next_run(now)
+
+    def next_run(self, now: float) -> float:
+        return now + self.interval
+
+    def run_once(self) -> None:
+        raise NotImplementedError
+
+
+class LeaseRenewal(Service):
+    """Extends the leases of every job held by a live child of this master, in one statement,
+    so a CPU-bound handler needs no heartbeat thread and its lease never runs out while its
+    process lives."""
+
+    name = "lease renewal"
+
+    def run_once(self) -> None:
+        workers = [c.worker_id for c in self.host.live_children()]
+        if workers:
+            self.host.db.run(
+                "lease renewal",
+                lambda conn: jobs_api.renew_worker_leases(
+                    conn, workers, lease_seconds=self.host.config.lease.duration
+                ),
+            )
+
+
+def _claim_singleton_run(
+    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
+) -> bool:
+    row = conn.execute(
+        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
+    ).fetchone()
+    return row is not None
+
+
+class Rescuer(Service):
+    """Returns jobs whose lease expired to their queue (a host that died, a partition). With
+    several supervisors on one database, the advisory lock and the maintenance record make one
+    of them run it once per interval."""
+
+    name = "rescuer"
+
+    def run_once(self) -> None:
+        host = self.host
+        moved = host.db.run("rescuer", self._rescue)
+        if not moved:
+            return
+        discarded = [m for m in moved if m.state == "discarded"]
+        host.counters.rescued += len(moved) - len(discarded)
+        host.counters.rescued_discarded += len(discarded)
+        log.warning(
+            "rescuer: %d jobs with expired leases returned to their queues, %d "
+            "discarded (no attempts left): %s",
+            len(moved) - len(discarded),
+            len(discarded),
+            ", ".join(f"{m.kind} job {m.id} ({m.queue})" for m in moved[:10]),
+        )
+
+    def _rescue(self, conn: psycopg.Connection[Any]) -> list[maintenance.Moved] | None:
+        config = self.host.config
+        return maintenance.rescue(
+            conn,
+            batch=config.rescue.batch,
+            max_attempts=config.max_attempts_overrides(),
+            history=config.history.enabled,
+            only_if=self._our_turn,
+        )
+
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once per interval across every supervisor on the database, not once per host."""
+        if not _claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+            return False
+        self.host.counters.rescuer_runs += 1
+        log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
+        return True
+
+
+class Purger(Service):
+    """Once a day at purge.at (local time): deletes old dead letters in bounded batches and
+    drops history partitions past their keep; creates the coming days' partitions."""
+
+    name = "purge"
+
+    def next_run(self, now: float) -> float:
+        at = self.host.config.purge.at
+        local_now = datetime.now().astimezone()
+        target = local_now.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
+        if target <= local_now:
+            target += timedelta(days=1)
+        return now + (target - local_now).total_seconds()
+
+    def run_once(self) -> None:
+        purged = self.host.db.run("purge", self._purge)
+        if purged:
+            self.host.counters.purged += purged
+            log.info(
+                "purge: deleted %d dead letters older than %s",
+                purged,
+                timedelta(seconds=self.host.config.purge.discarded_after),
+            )
+
+    def _purge(self, conn: psycopg.Connection[Any]) -> int:
+        config = self.host.config
+        if not maintenance.try_lock(conn, locks.PURGE):
+            return 0
+        try:
+            if not _claim_singleton_run(conn, "purge", self.host.supervisor_id, 3600.0):
+                return 0
+            now = datetime.now(timezone.utc)
+            purged = maintenance.purge_discarded(
+                conn,
+                now - timedelta(seconds=config.purge.discarded_after),
+                batch=config.purge.batch,
+            )
+            if config.history.enabled:
+                maintenance.ensure_history_partitions(conn)
+                dropped = maintenance.purge_history(
+                    conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch
+                )
+                if dropped:
+                    log.info("purge: dropped %d history partitions", dropped)
+            return purged
+        finally:
+            maintenance.unlock(conn, locks.PURGE)
+
+
+class MemoryWatch(Service):
+    """The hard memory limit: a child (with its subprocesses) above it is killed, whatever it
+    is doing; the soft limit is the child's own business between jobs."""
+
+    name = "memory watch"
+
+    def run_once(self) -> None:
+        pools = self.host.config.pools
+        for child in self.host.live_children():
+            pool = pools.get(child.pool)
+            limit = pool.memory_hard_limit if pool else None
+            if limit is None or child.kill_reason:
+                continue
+            used = memory.group_uss(child.pid)
+            if used > limit:
+                self.host.counters.hard_memory_kills += 1
+                self.host.counters.recycle(child.pool, "hard")
+                self.host.kill_child(
+                    child, f"memory {used >> 20} MiB is above the hard limit of {limit >> 20} MiB"
+                )
+
+
+class TimeoutWatch(Service):
+    """A job past its kind's timeout gets its child's process group stopped (TERM, then KILL
+    after a grace period); the job is then retried."""
+
+    name = "timeout watch"
+
+    def run_once(self) -> None:
+        now = time.monotonic()
+        kinds = self.host.kinds
+        for child in self.host.live_children():
+            if child.kill_reason:
+                continue
+            for job in child.board.running_jobs():
+                if job.deadline is not None and now >= job.deadline:
+                    kind = kinds[job.kind_index] if 0 <= job.kind_index < len(kinds) else "?"
+                    self.host.counters.timeouts += 1
+                    self.host.kill_child(
+                        child,
+                        f"job {job.job_id} ({kind}) exceeded its timeout of "
+                        f"{job.deadline - job.started:g}s",
+                    )
+                    break
+
+
+class Registry(Service):
+    """Heartbeats this supervisor and its children into the database for `status`; prunes the
+    rows of supervisors that stopped heartbeating."""
+
+    name = "registry"
+
+    def run_once(self) -> None:
+        host = self.host
+        rows = [registry.worker_row(c, host.kinds) for c in host.live_children()]
+        pruned = host.db.run(
+            "registry heartbeat",
+            lambda conn: registry.heartbeat(
+                conn, host.supervisor_id, HOSTNAME, host.config.path, rows
+            ),
+        )
+        for sid, other_host, pid in pruned or []:
+            log.info(
+                "registry: forgot supervisor %s (pid %s on %s): no heartbeat", sid, pid, other_host
+            )
+
+
+@dataclass
+class PendingRequeue:
+    worker_id: str
+    reason: str
+    pool: str
+    # Jobs the child was running when it died (from its board); its other jobs were only
+    # claimed, and get their attempt back.
+    spent: list[int] = field(default_factory=list)
+    since: float = field(default_factory=time.monotonic)
+
+
+class Requeuer(Service):
+    """Gives back the jobs of children that died. Normally done at once when the child is
+    reaped; a requeue that failed (database down) waits here and is retried."""
+
+    name = "requeue"
+
+    def __init__(self, host: Host, interval: float) -> None:
+        super().__init__(host, interval)
+        self.pending: list[PendingRequeue] = []
+
+    def add(self, item: PendingRequeue) -> None:
+        self.pending.append(item)
+        self.run_once()
+
+    def run_once(self) -> None:
+        still: list[PendingRequeue] = []
+        for item in self.pending:
+            if not self._requeue(item):
+                still.append(item)
+        self.pending = still
+
+    def _requeue(self, item: PendingRequeue) -> bool:
+        config = self.host.config
+        moved = self.host.db.run(
+            f"requeue of {item.worker_id}'s jobs",
+            lambda conn: maintenance.requeue_worker(
+                conn,
+                item.worker_id,
+                item.reason,
+                spent=item.spent,
+                max_attempts=config.max_attempts_overrides(),
+                history=config.history.enabled,
+            ),
+        )
+        if moved is None:
+            return False
+        discarded = [m for m in moved if m.state == "discarded"]
+        self.host.counters.requeued_after_crash += len(moved) - len(discarded)
+        self.host.counters.discarded_after_crash += len(discarded)
+        for m in moved:
+            fields = {
+                "job_id": m.id,
+                "kind": m.kind,
+                "queue": m.queue,
+                "attempt": m.attempts,
+                "pool": item.pool,
+            }
+            if m.id not in item.spent:
+                log.info(
+                    "job %s (%s) on queue %s given back without spending an attempt "
+                    "(claimed, not running): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.state == "discarded":
+                log.error(
+                    "job %s (%s) on queue %s discarded after attempt %s (no attempts left): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    m.attempts,
+                    item.reason,
+                    extra=fields,
+                )
+            else:
+                log.warning(
+                    "job %s (%s) on queue %s requeued after attempt %s: %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    m.attempts,
+                    item.reason,
+                    extra=fields,
+                )
+        return True

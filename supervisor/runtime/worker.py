@@ -1,0 +1,613 @@
+"""A child process: claim -> run -> write outcomes, for one pool, until told to stop.
+
+Forked by the master. Right after the fork it arranges to die with the master, takes its own
+process group (so a timeout kill takes a renderer's subprocesses with it), drops the master's
+descriptors and opens its own database connection: connections never cross a fork. It leaves
+with os._exit, so nothing inherited from the master (atexit hooks, buffered files, the master's
+connection objects) runs or is closed in the child.
+
+Signals: SIGTERM means "drain": stop claiming, give back claimed jobs not yet started, finish
+the one in hand, exit. If the job in hand is past its kind's timeout (the master sends SIGTERM to
+the whole process group then), the handler is interrupted with JobTimeout instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import queue as queue_mod
+import random
+import select
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import psutil
+import psycopg
+
+from supervisor.queue import jobs as jobs_api
+from supervisor.queue import outcomes
+from supervisor.queue.dsn import DatabaseError, connect
+from supervisor.queue.jobs import Job
+from supervisor.runtime import memory
+from supervisor.runtime.board import Board, Counter, State
+from supervisor.runtime.execution import Executor, JobTimeout, Orphaned, Results
+from supervisor.runtime.exits import ChildExit
+from supervisor.runtime.proctitle import child_title, set_title
+from supervisor.runtime.weights import WeightedQueues
+
+if TYPE_CHECKING:
+    from supervisor.config import Config, PoolConfig
+    from supervisor.config.handlers import Handler
+
+log = logging.getLogger("pgq.worker")
+
+PR_SET_PDEATHSIG = 1
+# After the master dies, the kernel kills a child that has not left within this many seconds,
+# even one stuck in native code.
+ORPHAN_GRACE = 5
+MEMORY_CHECK_EVERY = 0.25
+RECONNECT_MAX_DELAY = 5.0
+
+
+class BootFailure(Exception):
+    """The child cannot get ready and waiting will not help (e.g. the password is wrong)."""
+
+
+@dataclass
+class ChildSpec:
+    """Everything a child needs, handed over by the fork itself (no pickling)."""
+
+    config: Config
+    pool: PoolConfig
+    slot: int
+    worker_id: str
+    dsn: str
+    handlers: Mapping[str, Handler]
+    kinds: list[str]
+    board: Board
+    wake_fd: int  # read end: the master writes a byte here to wake an idle child
+    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling)
+    master_pid: int
+    max_jobs: int | None  # already jittered by the master
+    inherited_fds: list[int]  # the master's descriptors, closed right after the fork
+
+
+def child_main(spec: ChildSpec) -> NoReturn:
+    code = ChildExit.CRASHED
+    try:
+        code = Worker(spec).run()
+    finally:
+        for stream in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+class Worker:
+    def __init__(self, spec: ChildSpec) -> None:
+        self.spec = spec
+        self.pool = spec.pool
+        self.board = spec.board
+        self.draining = False
+        self.orphaned = False
+        self.conn: psycopg.Connection[Any] | None = None
+        self.results = Results()
+        self.jobs_run = 0
+        self.last_memory_check = 0.0
+        self.process = psutil.Process()
+        self.woke_from_idle = False
+        self.recycle: ChildExit | None = None
+        self.in_hand: Job | None = None
+        self.unstarted: list[Job] = []
+        self.queues = WeightedQueues(self.pool.queues)
+        self.queue_names = list(self.pool.queues)
+        self.hint: str | None = None
+        self.executor = Executor(
+            config=spec.config,
+            pool=self.pool.name,
+            worker_id=spec.worker_id,
+            handlers=spec.handlers,
+            kinds=spec.kinds,
+            board=spec.board,
+            lease_check=self._lease_held,
+            interruptible_thread=0 if self.pool.threads == 1 else None,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            self._after_fork()
+            if not self._connect():
+                return ChildExit.DRAINED
+            self.board.set_ready()
+            self._report(b"R")
+            if self.pool.threads == 1:
+                return self._loop_inline()
+            return self._loop_threaded()
+        except BootFailure as exc:
+            log.error(
+                "%s#%s could not boot: %s",
+                self.pool.name,
+                self.spec.slot,
+                exc,
+                extra={"pool": self.pool.name},
+            )
+            return ChildExit.BOOT_FAILED
+        except Orphaned:
+            return self._leave_orphaned()
+        except Exception:
+            log.exception(
+                "%s#%s crashed in its worker loop",
+                self.pool.name,
+                self.spec.slot,
+                extra={"pool": self.pool.name},
+            )
+            return ChildExit.CRASHED
+
+    def _after_fork(self) -> None:
+        # The master's signal wake-up pipe must never hear about our signals.
+        signal.set_wakeup_fd(-1)
+        self._signal_r, self._signal_w = os.pipe()
+        for fd in (self._signal_r, self._signal_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self._signal_w)
+        signal.signal(signal.SIGTERM, self._on_term)
+        for ignored in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(ignored, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        # Signals were blocked around the fork so none could reach the master's handlers here.
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            log.warning("no parent-death signal on this platform; orphans rely on polling")
+        if os.getppid() != self.spec.master_pid:
+            raise Orphaned  # the master died before the parent-death signal was armed
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+        for fd in self.spec.inherited_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        # Children forked from one master share its random state; jitter must differ.
+        random.seed()
+        self.board.set_state(State.CONNECTING)
+        threading.Thread(target=self._refresh_title, name="proctitle", daemon=True).start()
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.draining = True
+        if os.getppid() != self.spec.master_pid:
+            self.orphaned = True
+            signal.alarm(ORPHAN_GRACE)
+            if self.executor.interruptible:
+                raise Orphaned
+            return
+        deadline = self.executor.deadline
+        if self.executor.interruptible and deadline is not None and time.monotonic() >= deadline:
+            raise JobTimeout
+
+    def _refresh_title(self) -> None:
+        kinds = self.spec.kinds
+        while True:
+            running = self.board.running_jobs()
+            state = self.board.state.name.lower()
+            if running:
+                job = running[0]
+                kind = kinds[job.kind_index] if 0 <= job.kind_index < len(kinds) else None
+                more = f" +{len(running) - 1}" if len(running) > 1 else ""
+                title = child_title(
+                    self.pool.name,
+                    self.spec.slot,
+                    state + more,
+                    kind=kind,
+                    job_id=job.job_id,
+                    started=job.started,
+                )
+            else:
+                title = child_title(self.pool.name, self.spec.slot, state)
+            set_title(title)
+            time.sleep(1.0)
+
+    def _report(self, message: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.spec.report_fd, message)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait, but wake at once for a signal (a drain must not wait out a backoff)."""
+        ready, _, _ = select.select([self._signal_r], [], [], seconds)
+        if ready:
+            _drain(self._signal_r)
+
+    # -- the database ----------------------------------------------------------------------
+
+    def _connect(self) -> bool:
+        """Connect, retrying while the database is unreachable; False if told to stop first."""
+        delay, warned = 0.1, 0.0
+        self.board.set_state(State.CONNECTING)
+        while not self.draining:
+            try:
+                self.conn = connect(
+                    self.spec.dsn,
+                    application_name=f"pgq-supervisor {self.pool.name}#{self.spec.slot}",
+                    connect_timeout=self.spec.config.database.connect_timeout,
+                )
+                return True
+            except DatabaseError as exc:
+                if exc.permanent:
+                    raise BootFailure(str(exc)) from None
+                if time.monotonic() - warned > 30:
+                    log.warning(
+                        "%s#%s: %s; retrying",
+                        self.pool.name,
+                        self.spec.slot,
+                        exc,
+                        extra={"pool": self.pool.name},
+                    )
+                    warned = time.monotonic()
+            self._sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, RECONNECT_MAX_DELAY)
+        return False
+
+    def _reconnect(self) -> bool:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()  # our own connection, opened after the fork
+            self.conn = None
+        return self._connect()
+
+    def _lease_held(self, job: Job) -> bool:
+        if self.conn is None:
+            return False
+        try:
+            return jobs_api.lease_held(self.conn, job)
+        except psycopg.Error:
+            return False  # cannot confirm ownership: behave as if lost
+
+    def _claim(self, limit: int) -> list[Job]:
+        """Claim from the queue the weights pick, falling through to the others when empty.
+        Outcomes still waiting to be written go in the same round trip as the first claim."""
+        assert self.conn is not None
+        self.board.set_state(State.CLAIMING)
+        config = self.spec.config
+
+        def send(conn: psycopg.Connection[Any], queue: str) -> psycopg.Cursor[Any]:
+            return jobs_api.send_claim(
+                conn,
+                queue,
+                worker=self.spec.worker_id,
+                limit=limit,
+                lease_seconds=config.lease.duration,
+            )
+
+        # Woken for a particular queue: try it first, outside the weighted rotation (an idle
+        # child is not taking anyone's share).
+        hint, self.hint = self.hint, None
+        order = (
+            [hint, *(q for q in self.queue_names if q != hint)]
+            if hint is not None
+            else self.queues.order()
+        )
+        for queue in order:
+            started = time.perf_counter()
+            try:
+                if self.results:
+                    cursor = self.results.write(
+                        self.conn,
+                        self.board,
+                        self.pool.name,
+                        config.history.enabled,
+                        then=lambda conn, q=queue: send(conn, q),
+                    )
+                    assert cursor is not None
+                else:
+                    cursor = send(self.conn, queue)
+                jobs = jobs_api.claimed_jobs(cursor)
+            except psycopg.OperationalError as exc:
+                log.warning(
+                    "%s#%s: claim from queue %s failed: %s",
+                    self.pool.name,
+                    self.spec.slot,
+                    queue,
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
+                self._reconnect()
+                return []
+            except psycopg.Error as exc:
+                log.error(
+                    "%s#%s: claim from queue %s failed: %s",
+                    self.pool.name,
+                    self.spec.slot,
+                    queue,
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
+                self._sleep(1.0)
+                return []
+            self.board.observe_claim(time.perf_counter() - started)
+            self.board.count(Counter.CLAIMS)
+            if jobs:
+                if self.woke_from_idle and len(jobs) == limit:
+                    self._report(b"M")  # a burst arrived: ask the master to wake a sibling
+                self.woke_from_idle = False
+                return jobs
+            self.board.count(Counter.CLAIMS_EMPTY)
+        return []
+
+    def _write_results(self) -> None:
+        """Write outcomes, retrying through database outages: a finished job must not be
+        recorded as lost just because the database blinked."""
+        while self.results and self.results.ready():
+            if self.conn is None and not self._reconnect():
+                if self.orphaned:
+                    return
+                continue
+            assert self.conn is not None
+            try:
+                self.results.write(
+                    self.conn, self.board, self.pool.name, self.spec.config.history.enabled
+                )
+                return
+            except psycopg.OperationalError as exc:
+                log.warning(
+                    "%s#%s: cannot record the outcome of %d jobs: %s; retrying",
+                    self.pool.name,
+                    self.spec.slot,
+                    len(self.results.done) + len(self.results.settled),
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
+                if self.orphaned:
+                    return
+                self._reconnect()
+            except psycopg.Error as exc:
+                # Not an outage: something refused a write (Results.write kept what it could
+                # not record, and logged it). Carry on with other work; retried later.
+                log.error(
+                    "%s#%s: recording job outcomes failed: %s",
+                    self.pool.name,
+                    self.spec.slot,
+                    exc,
+                    extra={"pool": self.pool.name},
+                )
+                return
+
+    # -- limits ----------------------------------------------------------------------------
+
+    def _recycle_reason(self) -> ChildExit | None:
+        """Whether this child should leave to be replaced; once decided, it stays decided
+        (the memory check is rate-limited and would not say it twice)."""
+        if self.recycle is None:
+            self.recycle = self._check_limits()
+        return self.recycle
+
+    def _check_limits(self) -> ChildExit | None:
+        max_jobs = self.spec.max_jobs
+        if max_jobs is not None and self.jobs_run >= max_jobs:
+            log.info(
+                "%s#%s recycling after %d jobs (max_jobs)",
+                self.pool.name,
+                self.spec.slot,
+                self.jobs_run,
+                extra={"pool": self.pool.name},
+            )
+            return ChildExit.MAX_JOBS_RECYCLE
+        limit = self.pool.memory_limit
+        if limit is None:
+            return None
+        # RSS (a read of /proc/self/statm) is cheap and never below USS, so it screens every
+        # job; USS, which walks the page tables, is measured only once RSS is over the limit,
+        # and then at most every MEMORY_CHECK_EVERY (RSS also counts pages shared with the
+        # master, so it can sit above the limit for good).
+        rss = self.process.memory_info().rss
+        self.board.set_memory(rss)
+        now = time.monotonic()
+        if rss > limit and now - self.last_memory_check >= MEMORY_CHECK_EVERY:
+            self.last_memory_check = now
+            uss = memory.uss()
+            self.board.set_memory(uss)
+            if uss > limit:
+                log.warning(
+                    "%s#%s recycling: memory %d MiB is above the soft limit of %d MiB",
+                    self.pool.name,
+                    self.spec.slot,
+                    uss >> 20,
+                    limit >> 20,
+                    extra={"pool": self.pool.name},
+                )
+                return ChildExit.MEMORY_RECYCLE
+        return None
+
+    # -- single-threaded pools: handlers run on the main thread ------------------------------
+
+    def _loop_inline(self) -> int:
+        while not self.draining:
+            reason = self._recycle_reason()
+            if reason is not None:
+                self._write_results()
+                return reason
+            claimed = self._claim(self.pool.batch)
+            if claimed:
+                self._run_batch(claimed)
+            else:
+                self._idle(self.pool.poll_interval)
+        self.board.set_state(State.DRAINING)
+        self._write_results()
+        return ChildExit.DRAINED
+
+    def _run_batch(self, claimed: list[Job]) -> None:
+        self.board.set_state(State.RUNNING)
+        self.unstarted = list(claimed)
+        while self.unstarted:
+            if self.draining or self._recycle_reason() is not None:
+                self._release_unstarted()
+                break
+            job = self.in_hand = self.unstarted.pop(0)
+            settlement = self.executor.run(job)
+            self.in_hand = None
+            self.results.add(job, settlement)
+            self.jobs_run += 1
+            # Outcomes that have waited long enough are written before the next job; after the
+            # batch's last job they travel with the next claim, which follows at once.
+            if self.unstarted and self.results.due():
+                self._write_results()
+
+    def _release_unstarted(self) -> None:
+        for job in self.unstarted:
+            self.results.add(job, outcomes.release(job))
+        if self.unstarted:
+            log.info(
+                "%s#%s gave back %d claimed jobs it had not started",
+                self.pool.name,
+                self.spec.slot,
+                len(self.unstarted),
+                extra={"pool": self.pool.name},
+            )
+        self.unstarted = []
+
+    def _idle(self, poll_interval: float, extra_fds: tuple[int, ...] = ()) -> None:
+        """Wait for a wake-up from the master, a signal, or the poll interval (jittered so
+        idle children do not poll in step)."""
+        self.board.set_state(State.IDLE)
+        fds = [self.spec.wake_fd, self._signal_r, *extra_fds]
+        ready, _, _ = select.select(fds, [], [], poll_interval * random.uniform(0.5, 1.0))
+        for fd in ready:
+            if fd != self.spec.wake_fd:
+                _drain(fd)
+        if self.spec.wake_fd in ready:
+            hints = [b for b in _read_all(self.spec.wake_fd) if 0 < b <= len(self.queue_names)]
+            self.hint = self.queue_names[hints[-1] - 1] if hints else None
+            self.woke_from_idle = True
+
+    def _leave_orphaned(self) -> int:
+        """The master is gone: give back what we hold and leave, taking our subprocesses."""
+        log.warning(
+            "%s#%s: the master (pid %s) died; giving back jobs and stopping",
+            self.pool.name,
+            self.spec.slot,
+            self.spec.master_pid,
+            extra={"pool": self.pool.name},
+        )
+        if self.in_hand is not None:
+            self.results.add(
+                self.in_hand,
+                outcomes.retry(
+                    self.in_hand, 0, "interrupted: the supervisor died while this job ran"
+                ),
+            )
+        self._release_unstarted()
+        if self.conn is not None:
+            self._write_results()
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        return ChildExit.ORPHANED
+
+    # -- threaded pools: handlers run on worker threads, the main thread claims and writes ----
+
+    def _loop_threaded(self) -> int:
+        work: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
+        done: queue_mod.SimpleQueue[tuple[Job, outcomes.Settlement | None]] = (
+            queue_mod.SimpleQueue()
+        )
+        done_r, done_w = os.pipe()
+        os.set_blocking(done_r, False)
+        os.set_blocking(done_w, False)
+
+        def handler_thread(index: int) -> None:
+            while (job := work.get()) is not None:
+                settlement = self.executor.run(job, thread=index)
+                done.put((job, settlement))
+                with contextlib.suppress(BlockingIOError):
+                    os.write(done_w, b".")
+
+        threads = [
+            threading.Thread(target=handler_thread, args=(i,), name=f"handler-{i}", daemon=True)
+            for i in range(self.pool.threads)
+        ]
+        for t in threads:
+            t.start()
+        in_flight = 0
+        exit_code: int = ChildExit.DRAINED
+        while True:
+            while True:
+                try:
+                    job, settlement = done.get_nowait()
+                except queue_mod.Empty:
+                    break
+                in_flight -= 1
+                self.jobs_run += 1
+                self.results.add(job, settlement)
+            if self.results and (self.results.due() or in_flight == 0):
+                self._write_results()
+            if self.draining:
+                break
+            reason = self._recycle_reason()
+            if reason is not None:
+                exit_code = reason
+                break
+            free = self.pool.threads - in_flight
+            if free > 0:
+                claimed = self._claim(min(self.pool.batch, free))
+                if claimed:
+                    for job in claimed:
+                        work.put(job)
+                    in_flight += len(claimed)
+                    self.board.set_state(State.RUNNING)
+                    continue
+            wait = self.pool.poll_interval if free > 0 else 1.0
+            if self.results and self.results.ready():
+                wait = min(wait, 0.02)
+            if in_flight:
+                self.board.set_state(State.RUNNING)
+                ready, _, _ = select.select(
+                    [done_r, self._signal_r, self.spec.wake_fd], [], [], wait
+                )
+                for fd in ready:
+                    _drain(fd)
+            else:
+                self._idle(wait, (done_r,))
+        # Drain: jobs still in the hand-off queue never started; give them back.
+        self.board.set_state(State.DRAINING)
+        while True:
+            try:
+                job = work.get_nowait()
+            except queue_mod.Empty:
+                break
+            if job is not None:
+                self.unstarted.append(job)
+                in_flight -= 1
+        self._release_unstarted()
+        for _ in threads:
+            work.put(None)
+        for t in threads:
+            t.join()
+        while True:
+            try:
+                job, settlement = done.get_nowait()
+            except queue_mod.Empty:
+                break
+            self.jobs_run += 1
+            self.results.add(job, settlement)
+        self._write_results()
+        return exit_code
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything waiting on a non-blocking pipe."""
+    chunks = []
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _drain(fd: int) -> None:
+    _read_all(fd)

@@ -1,0 +1,169 @@
+"""The package's rooms keep their walls: no import cycles, and no import across a wall.
+
+Read from the source with ``ast``, so every import counts: at the top, inside functions and under
+``TYPE_CHECKING`` alike (a type-only import still ties two modules' designs together).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "supervisor"
+SCRIPTS = ROOT / "scripts"
+
+LIBRARY = "supervisor.queue"
+# The child's side of the fork: its loop and what it runs.
+CHILD = ("supervisor.runtime.worker", "supervisor.runtime.execution", "supervisor.runtime.weights")
+# The master's side: its loop, its record of the children, its services and its sessions.
+MASTER = (
+    "supervisor.runtime.master",
+    "supervisor.runtime.children",
+    "supervisor.runtime.services",
+    "supervisor.runtime.metrics_feed",
+    "supervisor.runtime.vacuum",
+    "supervisor.runtime.database",
+    "supervisor.runtime.registry",
+)
+
+
+def module_names(top: Path, prefix: str) -> dict[str, Path]:
+    """Every module under ``top``: dotted name -> file (a package is its __init__)."""
+    found = {}
+    for path in sorted(top.rglob("*.py")):
+        parts = list(path.relative_to(top).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join([prefix, *parts] if prefix else parts)] = path
+    return found
+
+
+def imports_of(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The known modules that the module ``name`` imports, anywhere in its text."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import mod` names a module when pkg/mod.py exists, else a name in pkg.
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def graph(top: Path, prefix: str) -> dict[str, set[str]]:
+    known = module_names(top, prefix)
+    return {name: imports_of(path, name, known) for name, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def reachable(edges: dict[str, set[str]], start: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        v = todo.pop()
+        for w in edges.get(v, ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def within(name: str, room: str) -> bool:
+    return name == room or name.startswith(room + ".")
+
+
+@pytest.fixture(scope="module")
+def package() -> dict[str, set[str]]:
+    return graph(PACKAGE, "supervisor")
+
+
+def test_the_package_has_no_import_cycle(package: dict[str, set[str]]) -> None:
+    assert cycles(package) == []
+
+
+def test_the_scripts_have_no_import_cycle() -> None:
+    assert cycles(graph(SCRIPTS, "")) == []
+
+
+def test_the_library_imports_nothing_but_itself(package: dict[str, set[str]]) -> None:
+    library = [name for name in package if within(name, LIBRARY)]
+    assert library, "the library room moved: update LIBRARY"
+    outside = {
+        f"{name} -> {target}"
+        for name in library
+        for target in package[name]
+        if not within(target, LIBRARY)
+    }
+    assert outside == set()
+
+
+def test_a_child_imports_nothing_of_the_master(package: dict[str, set[str]]) -> None:
+    assert all(name in package for name in (*CHILD, *MASTER)), "a runtime module moved"
+    assert reachable(package, CHILD) & set(MASTER) == set()
+
+
+def test_the_metrics_read_a_view_not_the_master(package: dict[str, set[str]]) -> None:
+    observability = [name for name in package if within(name, "supervisor.observability")]
+    assert reachable(package, observability) & set(MASTER) == set()
+
+
+def test_the_walls_would_be_seen(tmp_path: Path) -> None:
+    """The checks above can fail: a cycle and a forbidden import are found when present."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    known = {"supervisor.queue.jobs": Path(), "supervisor.runtime.master": Path()}
+    source = tmp_path / "jobs.py"
+    source.write_text("def f():\n    from supervisor.runtime import master\n")
+    assert imports_of(source, "supervisor.queue.jobs", known) == {"supervisor.runtime.master"}
