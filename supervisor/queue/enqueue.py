@@ -184,8 +184,10 @@ def enqueue(
 ) -> int:
     """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
 
-    Higher ``priority`` runs first within a queue. With ``unique_key``, an enqueue while a job
-    with that key is available or running returns that job's id and writes nothing.
+    Higher ``priority`` runs first within a queue. A job due later (``delay``, ``run_at``) waits
+    as 'scheduled' until a supervisor's stager makes it available at its time. With
+    ``unique_key``, an enqueue while a job with that key waits or runs returns that job's id and
+    writes nothing.
     """
     row = _validate(
         NewJob(
@@ -247,11 +249,14 @@ def enqueue_many(
             "unique_keys": [r.unique_key for r in rows],
         },
     )
-    ids = _ids_in_input_order(conn, rows, cursor.fetchall())
+    returned = cursor.fetchall()
+    ids = _ids_in_input_order(conn, rows, returned)
     if notify:
         due = sorted({r.queue for r in rows if r.run_at is None and r.delay == 0})
         if due:
             conn.execute(query("notify_queues"), {"queues": due})
+        if any(scheduled for _, _, scheduled in returned):
+            conn.execute(query("notify_scheduled"))
     return ids
 
 
@@ -263,8 +268,8 @@ def _ids_in_input_order(
     Rows without a unique key always insert and come back in input order; a row with a key gets
     the id of whichever job holds that key, inserted now or already there.
     """
-    plain = iter([int(job_id) for job_id, key in returned if key is None])
-    by_key = {key: int(job_id) for job_id, key in returned if key is not None}
+    plain = iter([int(job_id) for job_id, key, _ in returned if key is None])
+    by_key = {key: int(job_id) for job_id, key, _ in returned if key is not None}
     missing = sorted({r.unique_key for r in rows if r.unique_key and r.unique_key not in by_key})
     if missing:
         found = conn.execute(query("jobs_by_unique_keys"), {"unique_keys": missing}).fetchall()
