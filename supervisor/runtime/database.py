@@ -44,6 +44,12 @@ class MasterDatabase:
         self.reachable = False
         self.down_since: float | None = None
 
+    def backend_pid(self) -> int | None:
+        """The server process of this session (NOTIFYs it sent carry it)."""
+        return (
+            self.conn.info.backend_pid if self.conn is not None and not self.conn.closed else None
+        )
+
     def fileno(self) -> int | None:
         return self.conn.fileno() if self.conn is not None else None
 

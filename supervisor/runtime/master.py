@@ -442,16 +442,24 @@ class Master:
             self.listener_fd = fd
 
     def read_notifications(self) -> None:
-        notifies = self.listener.run(
-            "listen", lambda conn: [(n.channel, n.payload) for n in conn.notifies(timeout=0)]
-        )
-        queues = [payload for channel, payload in notifies or [] if channel == NOTIFY_CHANNEL]
-        if len(queues) < len(notifies or []):
-            self.stager.soon()
+        notifies = self.listener.run("listen", lambda conn: list(conn.notifies(timeout=0)))
+        # The stager and the scheduler wake this host's children themselves, without waiting
+        # for their NOTIFY to come back round (it is for the other hosts).
+        own = self.db.backend_pid()
+        queues = []
+        for n in notifies or []:
+            if n.channel == SCHEDULED_CHANNEL:
+                self.stager.soon()
+            elif n.pid != own:
+                queues.append(n.payload)
         for queue in dict.fromkeys(queues):
-            for runtime in self.pools.values():
-                if queue in runtime.config.queues:
-                    self.wake_idle(runtime.config.name, queue=queue)
+            self.wake_queue(queue)
+
+    def wake_queue(self, queue: str) -> None:
+        """Wake one child of every pool that serves ``queue``: it has jobs due now."""
+        for runtime in self.pools.values():
+            if queue in runtime.config.queues:
+                self.wake_idle(runtime.config.name, queue=queue)
 
     def wake_idle(
         self, pool: str, *, exclude: Child | None = None, queue: str | None = None

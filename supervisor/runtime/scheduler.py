@@ -100,6 +100,7 @@ class Scheduler(Service):
                 )
                 scheduled.record_job(conn, schedule.name, job_id)
             self.host.counters.schedule_jobs += 1
+            self.host.wake_queue(schedule.queue)
             log.info(
                 "schedule %s: enqueued %s job %s on queue %s for the tick at %s",
                 schedule.name,

@@ -43,6 +43,8 @@ class Host(Protocol):
 
     def kill_child(self, child: Child, reason: str) -> None: ...
 
+    def wake_queue(self, queue: str) -> None: ...
+
 
 class Service:
     name = "service"

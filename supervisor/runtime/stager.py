@@ -63,6 +63,8 @@ class Stager(Service):
             moved = scheduled.stage_due(conn, limit=self.batch)
             count = sum(m.jobs for m in moved)
             staged += count
+            for m in moved:
+                self.host.wake_queue(m.queue)
             if moved:
                 log.debug(
                     "stager: %d jobs now available: %s",

@@ -191,6 +191,10 @@ class _Host:
         self.db = MasterDatabase(dsn, name="test", connect_timeout=5.0)
         self.config = parse_config(yaml_text, source="q.yaml")
         self.counters = MasterCounters()
+        self.woken: list[str] = []
+
+    def wake_queue(self, queue: str) -> None:
+        self.woken.append(queue)
 
 
 SCHEDULES = """
@@ -227,6 +231,7 @@ def test_a_tick_is_enqueued_once_however_many_supervisors_run(dsn: str) -> None:
         "sync",
     )
     assert sum(h.counters.schedule_jobs for h in hosts) == 1
+    assert [q for h in hosts for q in h.woken] == ["sync"]  # the enqueuer woke its children
     for h in hosts:
         h.db.close()
 

@@ -1,0 +1,140 @@
+"""Time scenarios: what future jobs cost a claim, and how late delayed jobs start.
+
+- claim rate with future jobs: one connection claims (batch 10) and completes due jobs of
+  priority 0, first with nothing else in the table, then beside 200,000 jobs due in an hour at
+  priority 5, then beside the same jobs kept 'available' as every future job was before the
+  scheduled state (the old layout, for comparison);
+- delayed-start lateness: a real supervisor with the default poll interval runs jobs enqueued
+  with a delay; lateness is the handler's first statement minus the job's run_at, both on the
+  database's clock.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchlib.common import create_side_tables, fresh_database, latency_summary_ms, paced
+from benchlib.ours import Supervisor, _wait, config_text
+from supervisor import NewJob, claim, complete, enqueue, enqueue_many, migrate
+
+DUE_PRIORITY = 0
+FUTURE_PRIORITY = 5
+
+
+def _claim_rate(conn: psycopg.Connection[Any], claims: int, batch: int = 10) -> float:
+    """Jobs per second claimed and completed on one connection (after 50 warm-up claims)."""
+    enqueue_many(
+        conn,
+        [NewJob("noop", priority=DUE_PRIORITY) for _ in range((claims + 60) * batch)],
+        notify=False,
+    )
+    conn.execute("VACUUM ANALYZE pgq.jobs")
+    for _ in range(50):
+        complete(conn, claim(conn, "default", worker="bench", limit=batch))
+    started = time.perf_counter()
+    done = 0
+    for _ in range(claims):
+        jobs = claim(conn, "default", worker="bench", limit=batch)
+        complete(conn, jobs)
+        done += len(jobs)
+    return done / (time.perf_counter() - started)
+
+
+def _add_future(conn: psycopg.Connection[Any], future: int) -> None:
+    for start in range(0, future, 10_000):
+        count = min(10_000, future - start)
+        enqueue_many(
+            conn,
+            [NewJob("noop", priority=FUTURE_PRIORITY, delay=3600) for _ in range(count)],
+            notify=False,
+        )
+
+
+def claim_rate_with_future(dsn: str, future: int = 200_000, claims: int = 1000) -> dict[str, Any]:
+    rates: dict[str, float] = {}
+    for layout in ("none", "scheduled", "old_available"):
+        with fresh_database(dsn, f"future_{layout}") as db:
+            migrate(db)
+            with psycopg.connect(db, autocommit=True) as conn:
+                if layout != "none":
+                    _add_future(conn, future)
+                if layout == "old_available":
+                    # Every future job in the claim index, as before the scheduled state.
+                    conn.execute(
+                        "UPDATE pgq.jobs SET state = 'available' WHERE state = 'scheduled'"
+                    )
+                rates[layout] = _claim_rate(conn, claims)
+    return {
+        "scenario": "claim_rate_with_future",
+        "future_jobs": future,
+        "future_priority": FUTURE_PRIORITY,
+        "due_priority": DUE_PRIORITY,
+        "claims": claims,
+        "batch": 10,
+        "jobs_per_s": {k: round(v) for k, v in rates.items()},
+        "ratio": round(rates["scheduled"] / rates["none"], 3),
+        "ratio_old_layout": round(rates["old_available"] / rates["none"], 3),
+    }
+
+
+def delayed_lateness(
+    dsn: str,
+    jobs: int = 200,
+    delay: float = 1.0,
+    interval: float = 0.025,
+    processes: int = 2,
+    *,
+    log_dir: Path,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Jobs enqueued every `interval` with `delay`: handler start minus run_at."""
+    with fresh_database(dsn, "ours_delayed") as db:
+        migrate(db)
+        create_side_tables(db)
+        config = config_text(
+            processes, 10, kind="record_start", handler="benchlib.ours_handlers:record_start"
+        )
+        with (
+            psycopg.connect(db, autocommit=True) as conn,
+            Supervisor(db, config, log_dir, "delayed") as sup,
+        ):
+            _wait(
+                lambda: (
+                    conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+                        "'pgq-supervisor bench#%%' AND datname = current_database()"
+                    ).fetchone()[0]
+                    >= processes
+                ),
+                sup,
+                timeout,
+                "children connected",
+            )
+            time.sleep(0.5)
+            run_at: dict[int, Any] = {}
+            for _ in paced(jobs, interval):
+                job_id = enqueue(conn, "record_start", delay=delay)
+                run_at[job_id] = conn.execute(
+                    "SELECT run_at FROM pgq.jobs WHERE id = %s", (job_id,)
+                ).fetchone()[0]
+
+            def started() -> dict[int, Any]:
+                return dict(conn.execute("SELECT job_id, min(at) FROM bench_started GROUP BY 1"))
+
+            _wait(lambda: len(started()) >= jobs, sup, timeout, "delayed jobs started")
+            starts = started()
+    lateness = [(starts[i] - at).total_seconds() for i, at in run_at.items()]
+    return {
+        "scenario": "delayed_lateness",
+        "jobs": jobs,
+        "delay_s": delay,
+        "interval_s": interval,
+        "poll_interval_s": 1.0,
+        "early": sum(1 for x in lateness if x < 0),
+        **latency_summary_ms(lateness),
+        "timed_by": "bench_started (handler's first statement) minus the job's run_at",
+    }
