@@ -316,7 +316,9 @@ def main() -> int:
         report["long"] = ours.long_drain(args.dsn, args.long_jobs, args.processes, 10, log_dir=log)
     if "future" in only:
         say(f"claim rate beside {args.future_jobs:,} future higher-priority jobs")
-        report["future"] = timing.claim_rate_with_future(args.dsn, args.future_jobs)
+        report["future"] = timing.claim_rate_with_future(
+            args.dsn, args.future_jobs, repeats=args.repeats
+        )
     if "delayed" in only:
         say("delayed-start lateness")
         report["delayed"] = timing.delayed_lateness(args.dsn, processes=args.processes, log_dir=log)

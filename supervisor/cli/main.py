@@ -104,7 +104,8 @@ def check(ctx: Context) -> int:
     pools = ctx.config.pools
     print(
         f"{ctx.config.path}: OK: {len(pools)} pools, "
-        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers"
+        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers, "
+        f"{len(ctx.config.schedules)} schedules"
     )
     return MasterExit.OK
 
