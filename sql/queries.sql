@@ -611,8 +611,8 @@ VACUUM (SKIP_LOCKED) pgq.jobs;
 -- 'cancelled' at once and keeps finished_at, like a dead letter. A running job cannot be
 -- changed under its owner's fence: it gets cancel_requested_at, and the master running it stops
 -- it (the write that ends its claim then makes it 'cancelled'). Returns each id found with what
--- happened: 'cancelled', 'requested' (running; stopping) or its state when it had already
--- finished ('discarded', 'cancelled'). FOR UPDATE waits for a claim in flight, so a job claimed
+-- happened: 'cancelled now', 'cancel requested' (running: stopping) or its state when it had
+-- already finished ('discarded', 'cancelled'). FOR UPDATE waits for a claim in flight, so a job claimed
 -- at this very moment is seen running, never cancelled under its new owner.
 WITH target AS (
     SELECT id, state
@@ -647,8 +647,8 @@ recorded AS (
 )
 SELECT t.id,
        CASE
-           WHEN w.id IS NOT NULL THEN 'cancelled'
-           WHEN r.id IS NOT NULL THEN 'requested'
+           WHEN w.id IS NOT NULL THEN 'cancelled now'
+           WHEN r.id IS NOT NULL THEN 'cancel requested'
            ELSE t.state
        END AS result
 FROM target AS t

@@ -59,9 +59,9 @@ def cancel(
     rows = conn.execute(query("cancel_jobs"), {"ids": ids, "history": history}).fetchall()
     result = Cancelled()
     for job_id, what in rows:
-        if what == "cancelled":
+        if what == "cancelled now":
             result.cancelled.append(job_id)
-        elif what == "requested":
+        elif what == "cancel requested":
             result.requested.append(job_id)
         else:
             result.finished[job_id] = what
