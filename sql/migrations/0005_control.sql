@@ -53,6 +53,8 @@ RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+-- Inside statements on pgq.jobs a bare name is the column; the arguments are named enqueue.x.
+#variable_conflict use_column
 DECLARE
     job_id  bigint;
     size    integer;
