@@ -1,13 +1,19 @@
 """The database's own limit: our claim-then-delete SQL driven by pgbench, with no Python.
 
-Each pgbench transaction runs our two statements exactly as a worker does, each in its own
-autocommitted transaction: ``claim`` (sql/queries.sql, one queue, ``batch`` jobs) and then
-``complete`` (the fenced DELETE of what was claimed, no history row). The SQL is taken from
-sql/queries.sql at run time; only its parameters are replaced: literals for the queue, worker,
-lease and batch size, and pgbench variables for the claimed ids, which the claim hands to the
-completion through ``\\gset`` (the claim is wrapped in a CTE that folds its rows into two
-arrays). Statements are sent with ``-M prepared``, as psycopg does on its own after a
-statement's fifth run.
+Two shapes. ``two_statements`` (the limit as first measured): each pgbench transaction runs our
+two statements, each in its own autocommitted transaction: ``claim`` (sql/queries.sql, one queue,
+``batch`` jobs) and then ``complete`` (the fenced DELETE of what was claimed, no history row).
+``one_statement``: the previous batch's completion and the next claim in one statement, so one
+transaction and one commit per batch. A child sends the second shape's work: its pipeline carries
+the outcomes and the next claim to a single Sync, which PostgreSQL runs as one implicit
+transaction (100 pipelines of two inserts take 100 transaction ids, the same inserts sent one by
+one take 200), so the one-commit figure is the limit a child should be compared with.
+
+The first shape's SQL is taken from sql/queries.sql at run time; only its parameters are
+replaced: literals for the queue, worker, lease and batch size, and pgbench variables for the
+claimed ids, which the claim hands to the completion through ``\\gset`` (the claim is wrapped in
+a CTE that folds its rows into two arrays). Statements are sent with ``-M prepared``, as psycopg
+does on its own after a statement's fifth run.
 
 The table is pre-filled with ``jobs`` due no-op jobs in our schema (our migrations), and every
 client runs a fixed number of transactions (``-t``) sized so the table is never exhausted: every
