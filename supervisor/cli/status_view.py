@@ -39,6 +39,8 @@ class QueueRow:
     scheduled: int = 0
     running: int = 0
     discarded: int = 0
+    cancelled: int = 0
+    paused: bool = False
     oldest_ready_age: float | None = None
     pools: list[str] = field(default_factory=list)
     # window -> outcome -> jobs; None when history is off.
@@ -105,6 +107,11 @@ class Status:
                     f"queue {safe(q.queue)}: the oldest ready job has waited "
                     f"{age(q.oldest_ready_age)} (more than {age(LATE_AFTER)})"
                 )
+            if q.paused:
+                found.append(
+                    f"queue {safe(q.queue)} is paused: {_jobs(q.available)} due wait for "
+                    "`queues resume`"
+                )
             if q.unserved:
                 found.append(
                     f"queue {safe(q.queue)}: {_jobs(q.available + q.scheduled)} waiting, but no "
@@ -143,6 +150,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         q = queue(stats.queue)
         q.available, q.scheduled = stats.available, stats.scheduled
         q.running, q.discarded = stats.running, stats.discarded
+        q.cancelled, q.paused = stats.cancelled, stats.paused
         # The query reports 0 for a queue with nothing due; "no ready job" is not "fresh".
         q.oldest_ready_age = stats.oldest_ready_age if stats.available else None
     if config.history.enabled:
@@ -203,6 +211,8 @@ def to_json(status: Status) -> dict[str, Any]:
                 "scheduled": q.scheduled,
                 "running": q.running,
                 "discarded": q.discarded,
+                "cancelled": q.cancelled,
+                "paused": q.paused,
                 "oldest_ready_age_seconds": q.oldest_ready_age,
                 "late": q.late,
                 "pools": q.pools,
@@ -289,7 +299,15 @@ def render(status: Status) -> list[str]:
 def _queue_lines(status: Status) -> list[str]:
     if not status.queues:
         return ["QUEUES: none configured and no jobs"]
-    headers = ["QUEUE", "AVAILABLE", "SCHEDULED", "RUNNING", "DISCARDED", "OLDEST READY"]
+    headers = [
+        "QUEUE",
+        "AVAILABLE",
+        "SCHEDULED",
+        "RUNNING",
+        "DISCARDED",
+        "CANCELLED",
+        "OLDEST READY",
+    ]
     if status.history:
         headers += ["COMPLETED 1m/5m/15m", "DISCARDED 1m/5m/15m"]
     headers.append("NOTE")
@@ -301,13 +319,18 @@ def _queue_lines(status: Status) -> list[str]:
             q.scheduled,
             q.running,
             q.discarded,
+            q.cancelled,
             age(q.oldest_ready_age),
         ]
         if q.throughput is not None:
             row += [
                 "/".join(str(q.throughput[w][outcome]) for w, _ in WINDOWS) for outcome in OUTCOMES
             ]
-        notes = (["LATE"] if q.late else []) + (["NO POOL"] if q.unserved else [])
+        notes = (
+            (["PAUSED"] if q.paused else [])
+            + (["LATE"] if q.late else [])
+            + (["NO POOL"] if q.unserved else [])
+        )
         row.append(", ".join(notes))
         rows.append(row)
     lines = ["QUEUES", *table(headers, rows, right=range(1, len(headers) - 1))]

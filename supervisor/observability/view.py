@@ -22,6 +22,8 @@ class MasterCounters:
     requeued_after_crash: int = 0
     discarded_after_crash: int = 0
     timeouts: int = 0
+    # Running jobs stopped because someone cancelled them (`jobs cancel`).
+    cancel_stops: int = 0
     hard_memory_kills: int = 0
     purged: int = 0
     restarts: dict[tuple[str, str], int] = field(default_factory=dict)

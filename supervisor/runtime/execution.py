@@ -219,6 +219,7 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
         "retried": Counter.RETRIED,
         "snoozed": Counter.SNOOZED,
         "released": Counter.RELEASED,
+        "cancelled": Counter.CANCELLED,
     }[s.label]
     board.count(counter)
 
@@ -226,7 +227,16 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
 def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
     job = s.job
     first_line = (s.error or "").strip().splitlines()[-1:] or [""]
-    if s.label == "discarded":
+    if s.label == "cancelled":
+        log.info(
+            "job %s (%s) on queue %s cancelled during attempt %s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            extra=job_fields(job, pool),
+        )
+    elif s.label == "discarded":
         log.error(
             "job %s (%s) on queue %s discarded after attempt %s: %s",
             job.id,
@@ -263,6 +273,7 @@ class Executor:
         kinds: list[str],
         board: Board,
         lease_check: Callable[[Job], bool],
+        cancel_check: Callable[[Job], bool],
         interruptible_thread: int | None,
     ) -> None:
         self.config = config
@@ -272,6 +283,7 @@ class Executor:
         self.kind_index = {kind: i for i, kind in enumerate(kinds)}
         self.board = board
         self.lease_check = lease_check
+        self.cancel_check = cancel_check
         # Handlers on this thread run on the process's main thread, where a signal handler can
         # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
         self.interruptible_thread = interruptible_thread
@@ -314,6 +326,7 @@ class Executor:
                 created_at=job.created_at,
                 deadline=started + policy.timeout if policy.timeout else None,
                 _check_lease=lambda: self.lease_check(job),
+                _check_cancel=lambda: self.cancel_check(job),
             )
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
@@ -321,6 +334,9 @@ class Executor:
             self.interruptible = thread == self.interruptible_thread
             handler(job.args, context)
             self.interruptible = False
+            if context is not None and context.cancel_seen:
+                # It saw the cancel and stopped early: its return is not a success.
+                settlement = outcomes.cancelled(job, "cancelled while running; the handler stopped")
         except JobTimeout:
             self.interruptible = False
             settlement = outcomes.failure(

@@ -29,6 +29,7 @@ from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
 from supervisor.runtime.scheduler import Scheduler
 from supervisor.runtime.services import (
+    CancelWatch,
     LeaseRenewal,
     MemoryWatch,
     PendingRequeue,
@@ -56,6 +57,9 @@ BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
 # Jobs were scheduled for later: the stager reads the earliest run_at again.
 SCHEDULED_CHANNEL = "pgq_scheduled"
+# How often the master looks for cancel requests on its children's jobs: a cancelled running
+# job stops within about this long (one probe of an index that is almost always empty).
+CANCEL_CHECK_EVERY = 1.0
 # Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
 # by MemoryWatch when it decides the kill.
 RECYCLE_KINDS: dict[ChildExit | None, str] = {
@@ -181,6 +185,7 @@ class Master:
             purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
+            CancelWatch(self, CANCEL_CHECK_EVERY),
             Registry(self, 5.0),
             self.requeuer,
             self.stager,

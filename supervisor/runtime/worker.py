@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import psutil
 import psycopg
 
+from supervisor.queue import control, outcomes
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue import outcomes
 from supervisor.queue.dsn import DatabaseError, connect
 from supervisor.queue.jobs import Job
 from supervisor.runtime import memory
@@ -116,6 +116,7 @@ class Worker:
             kinds=spec.kinds,
             board=spec.board,
             lease_check=self._lease_held,
+            cancel_check=self._cancel_requested,
             interruptible_thread=0 if self.pool.threads == 1 else None,
         )
 
@@ -270,6 +271,14 @@ class Worker:
             return jobs_api.lease_held(self.conn, job)
         except psycopg.Error:
             return False  # cannot confirm ownership: behave as if lost
+
+    def _cancel_requested(self, job: Job) -> bool:
+        if self.conn is None:
+            return False
+        try:
+            return control.cancel_requested(self.conn, job.id, job.lease_id)
+        except psycopg.Error:
+            return False  # cannot tell: keep working; the master still stops a cancelled job
 
     def _claim(self, limit: int) -> list[Job]:
         """Claim from the queue the weights pick, falling through to the others when empty.
