@@ -279,6 +279,25 @@ def long_drain(dsn: str, jobs: int, processes: int, batch: int, *, log_dir: Path
     }
 
 
+def wait_idle_children(
+    conn: psycopg.Connection[Any], sup: Supervisor, processes: int, timeout: float
+) -> None:
+    """Until the bench pool's children are connected and have settled into their idle wait."""
+    _wait(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+                "'pgq-supervisor bench#%%' AND datname = current_database()"
+            ).fetchone()[0]
+            >= processes
+        ),
+        sup,
+        timeout,
+        "children connected",
+    )
+    time.sleep(0.5)
+
+
 def pickup(
     dsn: str,
     jobs: int = 200,
@@ -303,19 +322,7 @@ def pickup(
             psycopg.connect(db, autocommit=True) as conn,
             Supervisor(db, config, log_dir, "pickup") as sup,
         ):
-            _wait(
-                lambda: (
-                    conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-                        "'pgq-supervisor bench#%%' AND datname = current_database()"
-                    ).fetchone()[0]
-                    >= processes
-                ),
-                sup,
-                timeout,
-                "children connected",
-            )
-            time.sleep(0.5)  # let them settle into their idle wait
+            wait_idle_children(conn, sup, processes, timeout)
 
             _, latencies = measure_pickup(
                 conn,
@@ -336,4 +343,12 @@ def pickup(
     }
 
 
-__all__ = ["Supervisor", "config_text", "drain", "drain_with", "pickup", "wait_until"]
+__all__ = [
+    "Supervisor",
+    "config_text",
+    "drain",
+    "drain_with",
+    "pickup",
+    "wait_idle_children",
+    "wait_until",
+]

@@ -25,7 +25,7 @@ from benchlib.common import (
     median,
     paced,
 )
-from benchlib.ours import Supervisor, _wait, config_text
+from benchlib.ours import Supervisor, _wait, config_text, wait_idle_children
 from supervisor import NewJob, claim, complete, enqueue, enqueue_many, migrate
 
 DUE_PRIORITY = 0
@@ -123,19 +123,7 @@ def delayed_lateness(
             psycopg.connect(db, autocommit=True) as conn,
             Supervisor(db, config, log_dir, "delayed") as sup,
         ):
-            _wait(
-                lambda: (
-                    conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-                        "'pgq-supervisor bench#%%' AND datname = current_database()"
-                    ).fetchone()[0]
-                    >= processes
-                ),
-                sup,
-                timeout,
-                "children connected",
-            )
-            time.sleep(0.5)
+            wait_idle_children(conn, sup, processes, timeout)
             run_at: dict[int, Any] = {}
             for _ in paced(jobs, interval):
                 job_id = enqueue(conn, "record_start", delay=delay)

@@ -170,19 +170,34 @@ def _dsn(reader: Reader, node: Node) -> str:
     return value
 
 
+def _named_bodies(
+    top: Section, key: str, what: str, name: re.Pattern[str], rule: str, body: str, required: bool
+) -> list[tuple[str, Node, Section]]:
+    """The entries of a section of named mappings (pools, schedules): a name that breaks
+    ``rule`` is reported, and an empty or misshapen body is reported and left out."""
+    section = top.section(key, what, required=required)
+    found = []
+    for entry, key_node, node in section:
+        path = section.key_path(entry)
+        if not name.fullmatch(entry):
+            section.reader.report(path, rule, key_node)
+        mapping = Section.of(section.reader, node, path, body, required=True)
+        if mapping:
+            found.append((entry, key_node, mapping))
+    return found
+
+
 def _pools(top: Section) -> dict[str, PoolConfig]:
-    section = top.section("pools", "each pool lists its queues and processes", required=True)
-    pools = {}
-    for name, key_node, node in section:
-        path = section.key_path(name)
-        if not _POOL_NAME.fullmatch(name):
-            section.reader.report(
-                path, "pool name must be 1-64 letters, digits, '_' or '-'", key_node
-            )
-        body = Section.of(section.reader, node, path, "with at least 'queues'", required=True)
-        if body:  # an empty or misshapen pool has been reported already
-            pools[name] = _pool(name, body)
-    return pools
+    entries = _named_bodies(
+        top,
+        "pools",
+        "each pool lists its queues and processes",
+        _POOL_NAME,
+        "pool name must be 1-64 letters, digits, '_' or '-'",
+        "with at least 'queues'",
+        required=True,
+    )
+    return {name: _pool(name, body) for name, _, body in entries}
 
 
 def _pool(name: str, s: Section) -> PoolConfig:
@@ -325,19 +340,20 @@ def _log(s: Section) -> LogConfig:
 
 
 def _schedules(top: Section, kinds: list[str]) -> dict[str, ScheduleConfig]:
-    section = top.section("schedules", "each schedule: {cron or every, kind, args, queue...}")
+    entries = _named_bodies(
+        top,
+        "schedules",
+        "each schedule: {cron or every, kind, args, queue...}",
+        _SCHEDULE_NAME,
+        "schedule name must be 1-64 letters, digits, '_', '-' or '.'",
+        "with cron or every, and kind",
+        required=False,
+    )
     schedules = {}
-    for name, key_node, node in section:
-        path = section.key_path(name)
-        if not _SCHEDULE_NAME.fullmatch(name):
-            section.reader.report(
-                path, "schedule name must be 1-64 letters, digits, '_', '-' or '.'", key_node
-            )
-        body = Section.of(section.reader, node, path, "with cron or every, and kind", required=True)
-        if body:
-            schedule = _schedule(name, body, kinds, key_node)
-            if schedule is not None:
-                schedules[name] = schedule
+    for name, key_node, body in entries:
+        schedule = _schedule(name, body, kinds, key_node)
+        if schedule is not None:
+            schedules[name] = schedule
     return schedules
 
 
