@@ -248,3 +248,23 @@ def test_ticks_missed_while_no_supervisor_ran_are_skipped_or_run_once(dsn: str) 
         with psycopg.connect(dsn, autocommit=True) as conn:
             assert scheduled.last_tick(conn, "nightly") == three  # missed ticks stay missed
         host.db.close()
+
+
+def test_status_shows_each_schedule_s_last_and_next_tick(dsn: str) -> None:
+    from supervisor.cli import status_view
+
+    host = _Host(dsn, SCHEDULES % "skip")
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    Scheduler(host).run_at(three - timedelta(hours=1))  # type: ignore[arg-type]
+    Scheduler(host).run_at(three + timedelta(seconds=1))  # type: ignore[arg-type]
+    host.db.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (job_id,) = conn.execute("SELECT id FROM pgq.jobs").fetchone()
+        status = status_view.gather(conn, host.config, "test")
+    (row,) = status.schedules
+    assert (row.last_tick, row.last_job_id) == (three, job_id)
+    assert row.next_tick > datetime.now(UTC)
+    text = "\n".join(status_view.render(status))
+    assert "SCHEDULES" in text and "cron 0 3 * * * (UTC)" in text and str(job_id) in text
+    (shown,) = status_view.to_json(status)["schedules"]
+    assert (shown["name"], shown["last_job_id"]) == ("nightly", job_id)
