@@ -28,6 +28,8 @@ LOOK_EVERY = 1.0
 # Batches moved per run before the loop gets a turn (a backlog of due jobs is staged over
 # several turns, a few milliseconds each, never in one long stop).
 BATCHES_PER_RUN = 10
+# How long to wait when a due job is locked by someone else.
+LOCKED_WAIT = 0.05
 # Added to the wait so the master wakes just after run_at, not a hair before it.
 EPSILON = 0.0005
 
@@ -45,6 +47,7 @@ class Stager(Service):
         self.next_due = min(self.next_due, time.monotonic())
 
     def next_run(self, now: float) -> float:
+        # From the end of the run, not its start: the wait was measured after the queries.
         return time.monotonic() + min(self.wait, self.interval)
 
     def run_once(self) -> None:
@@ -78,4 +81,8 @@ class Stager(Service):
         seconds = scheduled.seconds_to_next(conn)
         if seconds is None:
             return staged, self.interval
+        if seconds <= 0 and not staged:
+            # Due but not ours to move: another stager has it locked (and will wake the
+            # workers), or a transaction holds the row. Look again shortly instead of spinning.
+            return staged, LOCKED_WAIT
         return staged, max(0.0, seconds) + EPSILON
