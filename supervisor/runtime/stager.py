@@ -81,8 +81,9 @@ class Stager(Service):
         seconds = scheduled.seconds_to_next(conn)
         if seconds is None:
             return staged, self.interval
-        if seconds <= 0 and not staged:
-            # Due but not ours to move: another stager has it locked (and will wake the
-            # workers), or a transaction holds the row. Look again shortly instead of spinning.
+        if seconds < -LOCKED_WAIT and not staged:
+            # Due well before this run, yet not moved: another stager has it locked (and will
+            # wake the workers), or a transaction holds the row. Look again shortly instead of
+            # spinning. (A job falling due between the two statements is simply staged next.)
             return staged, LOCKED_WAIT
         return staged, max(0.0, seconds) + EPSILON
