@@ -268,3 +268,29 @@ def test_status_shows_each_schedule_s_last_and_next_tick(dsn: str) -> None:
     assert "SCHEDULES" in text and "cron 0 3 * * * (UTC)" in text and str(job_id) in text
     (shown,) = status_view.to_json(status)["schedules"]
     assert (shown["name"], shown["last_job_id"]) == ("nightly", job_id)
+
+
+def test_the_stager_sleeps_until_the_next_run_at_and_does_not_spin_on_a_locked_job(
+    dsn: str,
+) -> None:
+    from supervisor.runtime.stager import LOCKED_WAIT, LOOK_EVERY, Stager
+
+    host = _Host(dsn, SCHEDULES % "skip")
+    stager = Stager(host)  # type: ignore[arg-type]
+    stager.run_once()
+    assert stager.wait == LOOK_EVERY  # nothing scheduled: the fallback look
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        later = enqueue(conn, "k", queue="q", delay=30)
+        stager.run_once()
+        assert 29 < stager.wait <= 30.001
+        conn.execute(
+            "UPDATE pgq.jobs SET run_at = now() - interval '1 second' WHERE id = %s", (later,)
+        )
+        with psycopg.connect(dsn) as holder:  # a transaction holding the row
+            holder.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", (later,))
+            stager.run_once()
+            assert (stager.wait, host.woken) == (LOCKED_WAIT, [])
+        stager.run_once()
+        assert host.woken == ["q"] and host.counters.staged == 1
+        assert _states(conn, [later]) == ["available"]
+    host.db.close()
