@@ -179,7 +179,7 @@ def test_the_migration_moves_existing_future_jobs_out_of_the_claim_index(empty_d
             "INSERT INTO pgq.jobs (kind, run_at, unique_key) VALUES "
             "('k', now() + interval '1 hour', 'a'), ('k', now() - interval '1 second', 'b')"
         )
-        assert 4 in [m.version for m in migrate(conn)]
+        assert migrate(conn)[0].version == 4  # and any later ones
         rows = conn.execute("SELECT unique_key, state FROM pgq.jobs ORDER BY unique_key").fetchall()
     assert rows == [("a", "scheduled"), ("b", "available")]
 
