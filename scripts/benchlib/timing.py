@@ -32,23 +32,32 @@ DUE_PRIORITY = 0
 FUTURE_PRIORITY = 5
 
 
-def _claim_rate(conn: psycopg.Connection[Any], claims: int, batch: int = 10) -> float:
-    """Jobs per second claimed and completed on one connection (after 50 warm-up claims)."""
+BATCH = 10
+# Claims per turn: the layouts take turns in short bursts, so a change in the machine's load
+# (it is shared) falls on all of them alike.
+BURST = 50
+
+
+def _fill_due(conn: psycopg.Connection[Any], claims: int) -> None:
     enqueue_many(
         conn,
-        [NewJob("noop", priority=DUE_PRIORITY) for _ in range((claims + 60) * batch)],
+        [NewJob("noop", priority=DUE_PRIORITY) for _ in range((claims + 60) * BATCH)],
         notify=False,
     )
     conn.execute("VACUUM ANALYZE pgq.jobs")
-    for _ in range(50):
-        complete(conn, claim(conn, "default", worker="bench", limit=batch))
+    for _ in range(50):  # warm-up: plans, caches
+        complete(conn, claim(conn, "default", worker="bench", limit=BATCH))
+
+
+def _burst(conn: psycopg.Connection[Any]) -> tuple[int, float]:
+    """Jobs claimed and completed in BURST claims on one connection, and the seconds taken."""
     started = time.perf_counter()
     done = 0
-    for _ in range(claims):
-        jobs = claim(conn, "default", worker="bench", limit=batch)
+    for _ in range(BURST):
+        jobs = claim(conn, "default", worker="bench", limit=BATCH)
         complete(conn, jobs)
         done += len(jobs)
-    return done / (time.perf_counter() - started)
+    return done, time.perf_counter() - started
 
 
 def _add_future(conn: psycopg.Connection[Any], future: int) -> None:
@@ -64,27 +73,34 @@ def _add_future(conn: psycopg.Connection[Any], future: int) -> None:
 def claim_rate_with_future(
     dsn: str, future: int = 200_000, claims: int = 1000, repeats: int = 3
 ) -> dict[str, Any]:
-    """The three tables are built once; each repeat measures them back to back (the machine
-    is shared: only figures taken side by side are compared), and the ratios are the medians
-    of the ratios within each repeat."""
+    """Three tables built side by side; in each repeat the layouts take turns in bursts of
+    BURST claims until each has made `claims`, and the rate is jobs over summed time. Ratios
+    are the medians of the ratios within each repeat."""
     layouts = ("none", "scheduled", "old_available")
     rates: dict[str, list[float]] = {k: [] for k in layouts}
     with ExitStack() as stack:
         dbs = {k: stack.enter_context(fresh_database(dsn, f"future_{k}")) for k in layouts}
-        for layout, db in dbs.items():
-            migrate(db)
-            with psycopg.connect(db, autocommit=True) as conn:
-                if layout != "none":
-                    _add_future(conn, future)
-                if layout == "old_available":
-                    # Every future job in the claim index, as before the scheduled state.
-                    conn.execute(
-                        "UPDATE pgq.jobs SET state = 'available' WHERE state = 'scheduled'"
-                    )
+        conns = {
+            k: stack.enter_context(psycopg.connect(db, autocommit=True)) for k, db in dbs.items()
+        }
+        for layout, conn in conns.items():
+            migrate(dbs[layout])
+            if layout != "none":
+                _add_future(conn, future)
+            if layout == "old_available":
+                # Every future job in the claim index, as before the scheduled state.
+                conn.execute("UPDATE pgq.jobs SET state = 'available' WHERE state = 'scheduled'")
         for _ in range(repeats):
-            for layout, db in dbs.items():
-                with psycopg.connect(db, autocommit=True) as conn:
-                    rates[layout].append(_claim_rate(conn, claims))
+            totals = {k: [0, 0.0] for k in layouts}
+            for conn in conns.values():
+                _fill_due(conn, claims)
+            for _ in range(claims // BURST):
+                for layout, conn in conns.items():
+                    done, seconds = _burst(conn)
+                    totals[layout][0] += done
+                    totals[layout][1] += seconds
+            for layout, (done, seconds) in totals.items():
+                rates[layout].append(done / seconds)
     within = [s / n for s, n in zip(rates["scheduled"], rates["none"], strict=True)]
     old = [o / n for o, n in zip(rates["old_available"], rates["none"], strict=True)]
     return {
@@ -93,7 +109,8 @@ def claim_rate_with_future(
         "future_priority": FUTURE_PRIORITY,
         "due_priority": DUE_PRIORITY,
         "claims": claims,
-        "batch": 10,
+        "batch": BATCH,
+        "burst": BURST,
         "repeats": repeats,
         "jobs_per_s": {k: round(median(v)) for k, v in rates.items()},
         "runs": {k: [round(x) for x in v] for k, v in rates.items()},
