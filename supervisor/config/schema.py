@@ -7,21 +7,22 @@ the database.
 
 from __future__ import annotations
 
-import difflib
 import keyword
 import re
 from datetime import time
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node
 
 from supervisor.config.fields import (
+    MAX_NAME,
     Section,
     boolean,
+    check_kind,
     choice,
     clock,
     duration,
     integer,
+    named_bodies,
     optional,
     size,
     text,
@@ -38,13 +39,11 @@ from supervisor.config.model import (
     PoolConfig,
     PurgeConfig,
     RescueConfig,
-    ScheduleConfig,
     VacuumConfig,
 )
 from supervisor.config.reader import Bad, Reader
-from supervisor.config.ticks import cron_problem
+from supervisor.config.schedules import schedules
 from supervisor.config.units import format_duration, format_size
-from supervisor.queue.enqueue import EnqueueError, encode_args
 
 MiB = 2**20
 TiB = 2**40
@@ -53,7 +52,6 @@ MAX_DURATION = 30 * DAY
 MAX_TIMEOUT = DAY
 # Retention is measured in weeks or months, so it gets a longer bound than other durations.
 MAX_RETENTION = 365 * DAY
-MAX_NAME = 200
 MAX_BATCH = 100_000
 
 TOP_KEYS = (
@@ -71,7 +69,6 @@ TOP_KEYS = (
     "log",
     "schedules",
 )
-SCHEDULE_KEYS = ("cron", "every", "kind", "args", "queue", "priority", "timezone", "missed")
 POOL_KEYS = (
     "queues",
     "processes",
@@ -102,7 +99,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         history=_history(top.section("history", "enabled, keep")),
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
-        schedules=_schedules(top, kinds),
+        schedules=schedules(top, kinds),
         lines=dict(reader.lines),
     )
 
@@ -170,25 +167,8 @@ def _dsn(reader: Reader, node: Node) -> str:
     return value
 
 
-def _named_bodies(
-    top: Section, key: str, what: str, name: re.Pattern[str], rule: str, body: str, required: bool
-) -> list[tuple[str, Node, Section]]:
-    """The entries of a section of named mappings (pools, schedules): a name that breaks
-    ``rule`` is reported, and an empty or misshapen body is reported and left out."""
-    section = top.section(key, what, required=required)
-    found = []
-    for entry, key_node, node in section:
-        path = section.key_path(entry)
-        if not name.fullmatch(entry):
-            section.reader.report(path, rule, key_node)
-        mapping = Section.of(section.reader, node, path, body, required=True)
-        if mapping:
-            found.append((entry, key_node, mapping))
-    return found
-
-
 def _pools(top: Section) -> dict[str, PoolConfig]:
-    entries = _named_bodies(
+    entries = named_bodies(
         top,
         "pools",
         "each pool lists its queues and processes",
@@ -232,21 +212,12 @@ def _queues(s: Section) -> dict[str, int]:
     return queues
 
 
-def _check_kind(reader: Reader, path: str, kind: str, kinds: list[str], node: Node) -> None:
-    """Report a kind that no handler serves. Without any handler, that is the issue to fix
-    first; don't add noise."""
-    if kinds and kind not in kinds:
-        close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        reader.report(path, f"no handler for this kind; add it under handlers{hint}", node)
-
-
 def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
     section = top.section("jobs", "per-kind policy: {kind: {timeout, max_attempts, backoff}}")
     jobs = {}
     for kind, key_node, node in _named_entries(section, "job kind"):
         path = section.key_path(kind)
-        _check_kind(section.reader, path, kind, kinds, key_node)
+        check_kind(section.reader, path, kind, kinds, key_node)
         jobs[kind] = _policy(kind, Section.of(section.reader, node, path, "timeout, max_attempts"))
     return jobs
 
@@ -337,98 +308,3 @@ def _log(s: Section) -> LogConfig:
         format=s.get("format", choice("text", "json"), "text"),
         level=s.get("level", choice("debug", "info", "warning", "error"), "info"),
     )
-
-
-def _schedules(top: Section, kinds: list[str]) -> dict[str, ScheduleConfig]:
-    entries = _named_bodies(
-        top,
-        "schedules",
-        "each schedule: {cron or every, kind, args, queue...}",
-        _SCHEDULE_NAME,
-        "schedule name must be 1-64 letters, digits, '_', '-' or '.'",
-        "with cron or every, and kind",
-        required=False,
-    )
-    schedules = {}
-    for name, key_node, body in entries:
-        schedule = _schedule(name, body, kinds, key_node)
-        if schedule is not None:
-            schedules[name] = schedule
-    return schedules
-
-
-_SCHEDULE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-def _schedule(name: str, s: Section, kinds: list[str], key: Node) -> ScheduleConfig | None:
-    s.only(*SCHEDULE_KEYS)
-    cron = s.get("cron", text(max_chars=200), None)
-    if cron is not None:
-        problem = cron_problem(cron)
-        if problem:
-            s.reader.report_bad(s.key_path("cron"), Bad(problem, cron), s.node_of("cron"))
-            cron = None
-    every = s.get("every", duration(MAX_DURATION), None)
-    if every is not None and every < 1.0:
-        s.report("every", f"must be at least 1s, got {format_duration(every)}")
-        every = None
-    if ("cron" in s) == ("every" in s):
-        s.reader.report(s.path, "needs exactly one of cron (a cron expression) or every (30s)", key)
-    zone = s.get("timezone", text(max_chars=100), "UTC")
-    if "timezone" in s and "every" in s:
-        s.report("timezone", "applies to cron only; every counts seconds, whatever the zone")
-    elif not _zone_exists(zone):
-        s.report("timezone", f"is not a known time zone (like UTC or Europe/Berlin), got {zone!r}")
-    kind = s.get("kind", text(max_chars=MAX_NAME), None)
-    if kind is None and "kind" not in s:
-        s.reader.report(s.key_path("kind"), "is required: a job kind from handlers")
-    elif kind is not None:
-        _check_kind(s.reader, s.key_path("kind"), kind, kinds, s.node_of("kind"))
-    args = s.get("args", _job_args, {})
-    queue = s.get("queue", text(max_chars=MAX_NAME), "default")
-    priority = s.get("priority", integer(-32768, 32767), 0)
-    missed = s.get("missed", choice("skip", "run_once"), "skip")
-    if kind is None or (cron is None and every is None):
-        return None  # reported above; the rest of the file is still read for its issues
-    return ScheduleConfig(
-        name=name,
-        kind=kind,
-        cron=cron,
-        every=every,
-        args=args,
-        queue=queue,
-        priority=priority,
-        timezone=zone,
-        missed=missed,
-    )
-
-
-def _zone_exists(name: str) -> bool:
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return False
-    return True
-
-
-def _job_args(reader: Reader, node: Node) -> dict[str, object]:
-    """A job's arguments as written: a mapping of plain values that JSON can carry."""
-    if not isinstance(node, MappingNode):
-        raise Bad("must be a mapping of the job's keyword arguments, like {full: true}")
-    value = _plain(reader, node)
-    try:
-        encode_args("schedule", value)
-    except EnqueueError as exc:
-        raise Bad(str(exc).removeprefix("job 'schedule': ")) from None
-    assert isinstance(value, dict)
-    return value
-
-
-def _plain(reader: Reader, node: Node) -> object:
-    if isinstance(node, MappingNode):
-        return {key: _plain(reader, value) for key, (_, value) in reader.pairs(node, "").items()}
-    if isinstance(node, SequenceNode):
-        return [_plain(reader, item) for item in node.value]
-    if isinstance(node, ScalarNode):
-        return reader.scalar(node, "a value")
-    raise Bad("must hold plain values only")
