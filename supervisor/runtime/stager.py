@@ -30,8 +30,9 @@ LOOK_EVERY = 1.0
 BATCHES_PER_RUN = 10
 # How long to wait when a due job is locked by someone else.
 LOCKED_WAIT = 0.05
-# Added to the wait so the master wakes just after run_at, not a hair before it.
-EPSILON = 0.0005
+# Added to the wait so the master wakes just after run_at, not a hair before it (the wait is
+# measured from just before the query that read it; the selector rounds up to whole ms).
+EPSILON = 0.0002
 
 
 class Stager(Service):
@@ -41,17 +42,19 @@ class Stager(Service):
         super().__init__(host, LOOK_EVERY)
         self.batch = batch
         self.wait = 0.0
+        self.measured_at = time.monotonic()
 
     def soon(self) -> None:
         """Look again in this turn of the loop: a job was scheduled that may be due first."""
         self.next_due = min(self.next_due, time.monotonic())
 
     def next_run(self, now: float) -> float:
-        # From the end of the run, not its start: the wait was measured after the queries.
-        return time.monotonic() + min(self.wait, self.interval)
+        # From the moment the database measured the wait, not from the start of the run.
+        return self.measured_at + min(self.wait, self.interval)
 
     def run_once(self) -> None:
         self.wait = self.interval  # when the database is down: look again later
+        self.measured_at = time.monotonic()
         result = self.host.db.run("stager", self._stage)
         if result is None:
             return
@@ -78,6 +81,7 @@ class Stager(Service):
                 break
         else:
             return staged, 0.0  # more are due: the next turn goes on
+        self.measured_at = time.monotonic()
         seconds = scheduled.seconds_to_next(conn)
         if seconds is None:
             return staged, self.interval
