@@ -62,6 +62,13 @@ def _own_transaction(conn: psycopg.Connection[Any], what: str) -> None:
         )
 
 
+def bigint_array(values: Iterable[int]) -> str:
+    """An array of integers as PostgreSQL's array literal, for a parameter the statement casts
+    to bigint[]. Sent as text: psycopg would otherwise inspect the list's elements to choose an
+    array dumper at every claim (15 us against 4 us for two arrays of ten)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 def claim_params(
     queue: str,
     *,
@@ -73,8 +80,8 @@ def claim_params(
 ) -> dict[str, Any]:
     """The parameters of the claim statement (sql/queries.sql, ``claim``)."""
     return {
-        "done_ids": [j.id for j in done],
-        "done_lease_ids": [j.lease_id for j in done],
+        "done_ids": bigint_array(j.id for j in done),
+        "done_lease_ids": bigint_array(j.lease_id for j in done),
         "history": history,
         "queue": queue,
         "limit": limit,
