@@ -549,6 +549,11 @@ SET last_tick = EXCLUDED.last_tick,
 WHERE s.last_tick < EXCLUDED.last_tick
 RETURNING name;
 
+-- name: schedule_lock_timeout
+-- The scheduler's transaction waits at most this long for a schedule's row: the holder is
+-- another supervisor enqueueing the same tick, and the master's loop must not hang on it.
+SET LOCAL lock_timeout = '200ms';
+
 -- name: schedule_last_tick
 -- The last tick schedule %(name)s enqueued (or recorded as passed), if any.
 SELECT last_tick

@@ -4,6 +4,7 @@ available; periodic schedules enqueue one job per tick. Real PostgreSQL througho
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -294,4 +295,21 @@ def test_the_stager_sleeps_until_the_next_run_at_and_does_not_spin_on_a_locked_j
         stager.run_once()
         assert host.woken == ["q"] and host.counters.staged == 1
         assert _states(conn, [later]) == ["available"]
+    host.db.close()
+
+
+def test_a_schedule_row_held_by_a_frozen_supervisor_does_not_hang_the_master(dsn: str) -> None:
+    host = _Host(dsn, SCHEDULES % "skip")
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    Scheduler(host).run_at(three - timedelta(hours=1))  # type: ignore[arg-type]
+    scheduler = Scheduler(host)  # type: ignore[arg-type]
+    with psycopg.connect(dsn) as frozen:  # mid-tick, never committing
+        frozen.execute("SELECT 1 FROM pgq.schedules WHERE name = 'nightly' FOR UPDATE")
+        started = time.monotonic()
+        scheduler.run_at(three + timedelta(seconds=1))
+        assert time.monotonic() - started < 5  # the lock timeout, not the holder, decides
+        assert scheduler.unsettled and _scheduled_jobs(dsn) == []
+    scheduler.run_at(three + timedelta(seconds=2))  # the holder went away: the tick is owed
+    assert [row[0] for row in _scheduled_jobs(dsn)] == [three]
+    assert not scheduler.unsettled
     host.db.close()
