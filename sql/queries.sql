@@ -552,7 +552,8 @@ RETURNING name;
 -- name: schedule_lock_timeout
 -- The scheduler's transaction waits at most this long for a schedule's row: the holder is
 -- another supervisor enqueueing the same tick, and the master's loop must not hang on it.
-SET LOCAL lock_timeout = '200ms';
+-- set_config(..., true) is SET LOCAL: it ends with the transaction.
+SELECT set_config('lock_timeout', '200ms', true);
 
 -- name: schedule_last_tick
 -- The last tick schedule %(name)s enqueued (or recorded as passed), if any.
