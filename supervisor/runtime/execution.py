@@ -40,6 +40,10 @@ class JobTimeout(BaseException):
     handler's `except Exception` cannot swallow it."""
 
 
+class JobCancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran (the master stopped it)."""
+
+
 class Orphaned(BaseException):
     """Raised inside a handler when the master died: the child gives back its work and exits."""
 
@@ -337,6 +341,9 @@ class Executor:
                 backoff_base=policy.backoff_base,
                 backoff_cap=policy.backoff_cap,
             )
+        except JobCancelled:
+            self.interruptible = False
+            settlement = outcomes.cancelled(job, "cancelled while running; the worker stopped it")
         except Orphaned:
             self.interruptible = False
             raise

@@ -236,10 +236,11 @@ class TimeoutWatch(Service):
 
 class CancelWatch(Service):
     """Stops the running jobs someone cancelled. A single-threaded child running one has its
-    process group stopped, as a timeout would (the write that ends the claim then makes the job
-    'cancelled'); a threaded child's handler is told through ``job.cancelled()``, since stopping
-    the child would stop its other threads' jobs too. A job claimed but not started yet is
-    stopped once it starts."""
+    process group stopped, as a timeout would: told which job through its board, the child ends
+    that job cancelled and exits (if it will not stop, the kill that follows ends the job through
+    the requeue, which makes a job with a cancel request 'cancelled'). A threaded child's handler
+    is told through ``job.cancelled()`` instead, since stopping the child would stop its other
+    threads' jobs too. A job claimed but not started yet is stopped once it starts."""
 
     name = "cancel watch"
 
@@ -272,6 +273,7 @@ class CancelWatch(Service):
                     )
                 continue
             self.host.counters.cancel_stops += 1
+            child.board.cancel_job(request.id)
             self.host.kill_child(child, what)
         self.told = still_told
 

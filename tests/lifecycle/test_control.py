@@ -74,6 +74,10 @@ def test_a_running_job_cancelled_from_the_command_line_stops_and_is_not_retried(
     wait_for(lambda: _events(ledger, marker), what="the next job to run")
     assert [event for event, _ in _events(ledger, job_id)] == ["started"]
     assert f"job {job_id} (sleep) on queue default was cancelled" in sup.log()
+    # The child ended the job itself when the master's TERM came: no SIGKILL was needed.
+    last_error = scalar(ledger, "SELECT last_error FROM pgq.jobs WHERE id = %s", (job_id,))
+    assert last_error == "cancelled while running; the worker stopped it"
+    assert "did not stop within" not in sup.log()
 
     again = run_cli(sup.config, "jobs", "cancel", str(job_id), "999999", env=sup.env)
     assert again.returncode == 1
