@@ -3,28 +3,39 @@
 -- Parameters use psycopg's %(name)s style; every value is a parameter, never formatted in.
 
 -- name: enqueue
--- Inserts one job through the caller's connection. A unique key that is already held by an
--- available or running job inserts nothing and returns no row. Notifies the queue's channel
--- when the job is due now; NOTIFY deduplicates identical payloads within a transaction, so a
--- transaction that enqueues many jobs to one queue wakes listeners once.
+-- Inserts one job through the caller's connection. A unique key that is already held by a
+-- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
+-- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
+-- (pgq_scheduled); a job due now wakes its queue's workers (pgq_jobs). NOTIFY deduplicates
+-- identical payloads within a transaction, so a transaction that enqueues many jobs to one
+-- queue wakes listeners once.
 WITH inserted AS (
-    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, max_attempts, unique_key)
-    VALUES (
-        %(queue)s,
-        %(kind)s,
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
+    SELECT
+        %(queue)s::text,
+        %(kind)s::text,
         %(args)s::jsonb,
-        %(priority)s,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s,
-        %(unique_key)s
-    )
-    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+        %(priority)s::smallint,
+        t.run_at,
+        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        %(max_attempts)s::integer,
+        %(unique_key)s::text
+    FROM (
+        SELECT coalesce(%(run_at)s::timestamptz,
+                        now() + make_interval(secs => %(delay)s::float8)) AS run_at
+    ) AS t
+    ON CONFLICT (unique_key)
+        WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
     DO NOTHING
-    RETURNING id, queue, run_at
+    RETURNING id, queue, state
 )
 SELECT
     id,
-    CASE WHEN %(notify)s AND run_at <= now() THEN pg_notify('pgq_jobs', queue) END
+    CASE
+        WHEN NOT %(notify)s THEN NULL
+        WHEN state = 'scheduled' THEN pg_notify('pgq_scheduled', '')
+        ELSE pg_notify('pgq_jobs', queue)
+    END
 FROM inserted;
 
 -- name: job_by_unique_key
@@ -32,27 +43,29 @@ FROM inserted;
 SELECT id
 FROM pgq.jobs
 WHERE unique_key = %(unique_key)s
-  AND state IN ('available', 'running');
+  AND state IN ('available', 'running', 'scheduled');
 
 -- name: jobs_by_unique_keys
 -- The jobs that hold any of these unique keys (bulk enqueue's duplicates).
 SELECT unique_key, id
 FROM pgq.jobs
 WHERE unique_key = ANY(%(unique_keys)s::text[])
-  AND state IN ('available', 'running');
+  AND state IN ('available', 'running', 'scheduled');
 
 -- name: enqueue_many
 -- Inserts many jobs in one statement from parallel arrays, in input order (RETURNING follows
--- the insert order, which follows the ORDER BY). Duplicated unique keys insert nothing.
+-- the insert order, which follows the ORDER BY). Duplicated unique keys insert nothing. Jobs
+-- due later are written 'scheduled', like enqueue.
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
-INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, max_attempts, unique_key)
+INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
 SELECT
     t.queue,
     t.kind,
     t.args,
     t.priority,
-    coalesce(t.run_at, now() + make_interval(secs => t.delay)),
+    r.run_at,
+    CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
     t.max_attempts,
     t.unique_key
 FROM ROWS FROM (
@@ -65,15 +78,24 @@ FROM ROWS FROM (
     unnest(%(max_attempts)s::integer[]),
     unnest(%(unique_keys)s::text[])
 ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key, ord)
+CROSS JOIN LATERAL (
+    SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
+) AS r
 ORDER BY t.ord
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+ON CONFLICT (unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
 DO NOTHING
-RETURNING id, unique_key;
+RETURNING id, unique_key, state = 'scheduled' AS scheduled;
 
 -- name: notify_queues
 -- One wake-up per queue that received due jobs in a bulk enqueue.
 SELECT pg_notify('pgq_jobs', q)
 FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: notify_scheduled
+-- Wakes the masters' stagers after jobs were scheduled for later: each reads the earliest
+-- run_at again and sleeps until then.
+SELECT pg_notify('pgq_scheduled', '');
 
 -- name: claim
 -- Claims up to %(limit)s due jobs of one queue, best priority first, then oldest run_at, then
@@ -142,8 +164,10 @@ SELECT id FROM done;
 -- %(states)s may also say 'cancelled' itself (a threaded handler that saw the request).
 WITH settled AS (
     UPDATE pgq.jobs AS j
+    -- A retry or snooze for later waits as 'scheduled', outside the claim index.
     SET state = CASE
             WHEN o.state = 'available' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN o.state = 'available' AND o.delay > 0 THEN 'scheduled'
             ELSE o.state
         END,
         run_at = CASE
@@ -376,7 +400,7 @@ replayable AS (
                SELECT 1
                FROM pgq.jobs AS holder
                WHERE holder.unique_key = m.unique_key
-                 AND holder.state IN ('available', 'running')
+                 AND holder.state IN ('available', 'running', 'scheduled')
            ))
 ),
 replayed AS (
@@ -457,6 +481,73 @@ FROM (
 ) AS j
 FULL JOIN pgq.queue_pauses AS p ON p.queue = j.queue
 ORDER BY 1;
+
+-- name: stage_due
+-- The stager: moves up to %(limit)s scheduled jobs whose run_at has come to available, oldest
+-- first, and wakes every host's idle workers of each queue it staged (one NOTIFY per queue).
+-- SKIP LOCKED lets several supervisors stage at once without waiting on each other; the state
+-- condition on the UPDATE keeps it a no-op for a row another stager moved first.
+WITH due AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'scheduled'
+      AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+staged AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'available'
+    FROM due
+    WHERE j.id = due.id
+      AND j.state = 'scheduled'
+    RETURNING j.queue
+),
+queues AS (
+    SELECT queue, count(*) AS jobs
+    FROM staged
+    GROUP BY queue
+)
+SELECT queue, jobs, pg_notify('pgq_jobs', queue)
+FROM queues;
+
+-- name: next_scheduled
+-- Seconds from now until the earliest scheduled job is due (negative when overdue), null when
+-- none waits: the first entry of jobs_scheduled, measured on the database's clock.
+SELECT extract(epoch FROM min(run_at) - now())::float8
+FROM pgq.jobs
+WHERE state = 'scheduled';
+
+-- name: claim_schedule_tick
+-- Records that this supervisor enqueues schedule %(name)s's tick %(tick)s. Returns a row only
+-- to the one caller that moved the schedule's last tick forward: a second supervisor (or a
+-- restarted one) waits on the row lock, then finds the tick taken and gets nothing.
+INSERT INTO pgq.schedules AS s (name, last_tick)
+VALUES (%(name)s, %(tick)s)
+ON CONFLICT (name) DO UPDATE
+SET last_tick = EXCLUDED.last_tick,
+    updated_at = now()
+WHERE s.last_tick < EXCLUDED.last_tick
+RETURNING name;
+
+-- name: schedule_last_tick
+-- The last tick schedule %(name)s enqueued (or recorded as passed), if any.
+SELECT last_tick
+FROM pgq.schedules
+WHERE name = %(name)s;
+
+-- name: record_schedule_job
+-- The job a schedule's last tick enqueued, for status.
+UPDATE pgq.schedules
+SET last_job_id = %(job_id)s
+WHERE name = %(name)s;
+
+-- name: list_schedules
+-- Every schedule's last tick and job, for status.
+SELECT name, last_tick, last_job_id
+FROM pgq.schedules
+ORDER BY name;
 
 -- name: claim_maintenance_run
 -- Records that %(run_by)s runs the singleton task %(task)s now, unless some supervisor ran it

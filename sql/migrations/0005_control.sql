@@ -96,14 +96,22 @@ BEGIN
             quote_literal(kind) USING ERRCODE = '22023';
     END IF;
     LOOP
-        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, max_attempts, unique_key)
+        -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
+        -- masters' stagers; a job due now wakes its queue's workers.
+        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                                   unique_key)
         VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
-                coalesce(enqueue.run_at, now()), enqueue.max_attempts, enqueue.unique_key)
-        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+                coalesce(enqueue.run_at, now()),
+                CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
+                enqueue.max_attempts, enqueue.unique_key)
+        ON CONFLICT (unique_key)
+            WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
         DO NOTHING
         RETURNING j.id INTO job_id;
         IF job_id IS NOT NULL THEN
-            IF coalesce(enqueue.run_at, now()) <= now() THEN
+            IF enqueue.run_at > now() THEN
+                PERFORM pg_notify('pgq_scheduled', '');
+            ELSE
                 PERFORM pg_notify('pgq_jobs', enqueue.queue);
             END IF;
             RETURN job_id;
@@ -111,7 +119,7 @@ BEGIN
         SELECT j.id INTO job_id
         FROM pgq.jobs AS j
         WHERE j.unique_key = enqueue.unique_key
-          AND j.state IN ('available', 'running');
+          AND j.state IN ('available', 'running', 'scheduled');
         IF job_id IS NOT NULL THEN
             RETURN job_id;
         END IF;

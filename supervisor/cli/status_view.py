@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from supervisor.cli import schedules
+from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.tables import age, clock_time, iso, safe, table
 from supervisor.config import Config, PoolConfig
 from supervisor.queue import maintenance
@@ -94,6 +96,7 @@ class Status:
     queues: list[QueueRow]
     pools: list[PoolConfig]
     supervisors: list[SupervisorView]
+    schedules: list[ScheduleRow] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -160,6 +163,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         queues=[queues[name] for name in sorted(queues)],
         pools=list(config.pools.values()),
         supervisors=_supervisors(conn),
+        schedules=schedules.gather(conn, config, now),
     )
 
 
@@ -233,6 +237,7 @@ def to_json(status: Status) -> dict[str, Any]:
             {"host": host, "supervisors": [_supervisor_json(s) for s in members]}
             for host, members in _by_host(status.supervisors)
         ],
+        "schedules": schedules.to_json(status.schedules),
         "warnings": status.warnings(),
     }
 
@@ -284,6 +289,7 @@ def render(status: Status) -> list[str]:
     lines += _pool_lines(status.pools)
     lines += ["", "SUPERVISORS"]
     lines += _supervisor_lines(status.supervisors)
+    lines += schedules.lines(status.schedules)
     warnings = status.warnings()
     lines += ["", "ATTENTION" if warnings else "Nothing needs attention."]
     lines += [f"  ! {w}" for w in warnings]

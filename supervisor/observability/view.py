@@ -30,6 +30,8 @@ class MasterCounters:
     recycles: dict[tuple[str, str], int] = field(default_factory=dict)
     rescuer_runs: int = 0
     vacuums: int = 0
+    staged: int = 0  # scheduled jobs this master made available at their run_at
+    schedule_jobs: int = 0  # jobs this master enqueued for periodic schedules' ticks
 
     def restart(self, pool: str, reason: str) -> None:
         self.restarts[(pool, reason)] = self.restarts.get((pool, reason), 0) + 1

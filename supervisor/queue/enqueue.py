@@ -281,8 +281,10 @@ def enqueue(
 ) -> int:
     """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
 
-    Higher ``priority`` runs first within a queue. With ``unique_key``, an enqueue while a job
-    with that key is available or running returns that job's id and writes nothing.
+    Higher ``priority`` runs first within a queue. A job due later (``delay``, ``run_at``) waits
+    as 'scheduled' until a supervisor's stager makes it available at its time. With
+    ``unique_key``, an enqueue while a job with that key waits or runs returns that job's id and
+    writes nothing.
     """
     row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key)
     return int(_run(conn, _enqueue_steps(row, notify)))
@@ -325,8 +327,8 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     )
     # Rows without a unique key always insert and come back in input order; a row with a key
     # gets the id of whichever job holds that key, inserted now or already there.
-    plain = iter([int(job_id) for job_id, key in returned if key is None])
-    by_key = {key: int(job_id) for job_id, key in returned if key is not None}
+    plain = iter([int(job_id) for job_id, key, _ in returned if key is None])
+    by_key = {key: int(job_id) for job_id, key, _ in returned if key is not None}
     missing = sorted({r.unique_key for r in rows if r.unique_key and r.unique_key not in by_key})
     if missing:
         found = yield _Step("jobs_by_unique_keys", {"unique_keys": missing}, "all")
@@ -346,6 +348,8 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
         due = sorted({r.queue for r in rows if r.run_at is None and r.delay == 0})
         if due:
             yield _Step("notify_queues", {"queues": due}, "none")
+        if any(scheduled for _, _, scheduled in returned):
+            yield _Step("notify_scheduled", {}, "none")
     return ids
 
 

@@ -77,10 +77,15 @@ class Settlement:
     """A fenced write that ends a claim other than by success (see the settle query)."""
 
     job: Job
-    state: str  # 'available', 'discarded' or 'cancelled'
+    state: str  # 'available' (or 'scheduled' when delayed), 'discarded' or 'cancelled'
     delay: float | None  # None keeps run_at
     refund: int  # 1 gives the attempt back
     error: str | None  # None keeps the previous last_error
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the job waits for a later run_at (the settle query writes 'scheduled')."""
+        return self.state == "available" and self.delay is not None and self.delay > 0
 
     @property
     def label(self) -> str:

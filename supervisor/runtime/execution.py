@@ -69,6 +69,9 @@ class Results:
     # After the database refused an outcome (a trigger, a constraint), when to try it again.
     retry_at: float = 0.0
     retry_delay: float = 0.0
+    # Called after retries or snoozes for later were written, so the master's stager wakes
+    # for them at their run_at (the child reports it through its pipe; no NOTIFY on updates).
+    on_scheduled: Callable[[], None] | None = None
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -129,9 +132,14 @@ class Results:
             if settled is not None
             else None,
         )
+        self._announce(self.settled)
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         return after
+
+    def _announce(self, settled: list[outcomes.Settlement]) -> None:
+        if self.on_scheduled is not None and any(s.scheduled for s in settled):
+            self.on_scheduled()
 
     def _write_one_by_one(
         self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool
@@ -147,6 +155,7 @@ class Results:
                     else:
                         result = jobs_api.settle(conn, [settlement], history=history)
                         _tally(board, pool, None, [settlement], result)
+                        self._announce([settlement])
                 except psycopg.OperationalError:
                     raise
                 except psycopg.Error as exc:

@@ -72,7 +72,7 @@ class ChildSpec:
     kinds: list[str]
     board: Board
     wake_fd: int  # read end: the master writes a byte here to wake an idle child
-    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling)
+    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling), b"S" scheduled
     master_pid: int
     max_jobs: int | None  # already jittered by the master
     inherited_fds: list[int]  # the master's descriptors, closed right after the fork
@@ -97,7 +97,7 @@ class Worker:
         self.draining = False
         self.orphaned = False
         self.conn: psycopg.Connection[Any] | None = None
-        self.results = Results()
+        self.results = Results(on_scheduled=lambda: self._report(b"S"))
         self.jobs_run = 0
         self.last_memory_check = 0.0
         self.process = psutil.Process()
