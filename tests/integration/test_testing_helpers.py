@@ -68,7 +68,15 @@ def test_drain_runs_due_jobs_with_the_supervisors_rules(conn: psycopg.Connection
     assert sorted(ran) == [0, 1, 2]
     assert report.by_status == {"completed": 3, "discard": 1, "retry": 1}
     states = dict(conn.execute("SELECT kind, state FROM pgq.jobs WHERE kind <> 'ok'").fetchall())
-    assert states == {"flaky": "discarded", "later": "available", "unknown": "available"}
+    # Retries and later jobs wait as scheduled (outside the claim index).
+    assert states == {"flaky": "discarded", "later": "scheduled", "unknown": "scheduled"}
     last_error = conn.execute("SELECT last_error FROM pgq.jobs WHERE id = %s", (flaky_id,))
     assert "attempt 1 failed" in last_error.fetchone()[0]
     assert drain(conn, {"ok": ok}).runs == []  # nothing due any more
+    # A scheduled job whose time has come is staged and run, as a supervisor's stager would.
+    conn.execute("UPDATE pgq.jobs SET run_at = now() WHERE kind = 'later'")
+    assert drain(conn, {"later": ok_later}).by_status == {"completed": 1}
+
+
+def ok_later() -> None:
+    pass
