@@ -37,8 +37,8 @@ class JobContext:
     _check_cancel: Callable[[], bool] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._lease = _Latch(self._check_lease, value=True)
-        self._cancel = _Latch(self._check_cancel, value=False)
+        self._lease = _Latch(value=True)
+        self._cancel = _Latch(value=False)
 
     @property
     def cancel_seen(self) -> bool:
@@ -63,7 +63,7 @@ class JobContext:
     def lease_held(self) -> bool:
         """Whether this worker still owns the job. Once False, stop committing progress: the
         job has been given to someone else and this attempt's result will be dropped."""
-        return self._lease.read()
+        return self._lease.read(self._check_lease)
 
     def cancelled(self) -> bool:
         """Whether someone cancelled this job (``jobs cancel``, ``supervisor.cancel``).
@@ -73,7 +73,7 @@ class JobContext:
         the master stops the child anyway, within about a second. Asks the database at most
         once a second.
         """
-        return self._cancel.read()
+        return self._cancel.read(self._check_cancel)
 
 
 @dataclass
@@ -81,18 +81,17 @@ class _Latch:
     """A database check asked at most once per LEASE_CHECK_TTL, whose answer, once it moves
     away from where it started (a lease lost, a cancel seen), stays there."""
 
-    check: Callable[[], bool] | None
     value: bool
     checked_at: float = float("-inf")
 
     def __post_init__(self) -> None:
         self.start = self.value
 
-    def read(self) -> bool:
-        if self.value != self.start or self.check is None:
+    def read(self, check: Callable[[], bool] | None) -> bool:
+        if self.value != self.start or check is None:
             return self.value
         now = time.monotonic()
         if now - self.checked_at >= LEASE_CHECK_TTL:
-            self.value = self.check()
+            self.value = check()
             self.checked_at = now
         return self.value

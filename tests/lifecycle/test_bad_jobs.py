@@ -118,7 +118,9 @@ def test_a_newer_kind_waits_for_the_deploy_that_knows_it(
     wait_for(
         lambda: query(
             ledger,
-            "SELECT 1 FROM pgq.jobs WHERE id = %s AND attempts >= 1 AND state = 'available'",
+            # A retry waits for its backoff as 'scheduled' (0004), then 'available'.
+            "SELECT 1 FROM pgq.jobs WHERE id = %s AND attempts >= 1"
+            " AND state IN ('available', 'scheduled')",
             (job_id,),
         ),
         60,
