@@ -313,6 +313,9 @@ class Executor:
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
+        if self.board.cancelled_job() == job.id:
+            # Cancelled after the claim, before its turn came (the master wrote it on the board).
+            return outcomes.cancelled(job, "cancelled before it started", started=False)
         policy = self.config.policy(job.kind)
         handler = self.handlers.get(job.kind)
         if handler is None:
