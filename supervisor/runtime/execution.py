@@ -40,6 +40,10 @@ class JobTimeout(BaseException):
     handler's `except Exception` cannot swallow it."""
 
 
+class JobCancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran (the master stopped it)."""
+
+
 class Orphaned(BaseException):
     """Raised inside a handler when the master died: the child gives back its work and exits."""
 
@@ -309,6 +313,9 @@ class Executor:
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
+        if self.board.cancelled_job() == job.id:
+            # Cancelled after the claim, before its turn came (the master wrote it on the board).
+            return outcomes.cancelled(job, "cancelled before it started", started=False)
         policy = self.config.policy(job.kind)
         handler = self.handlers.get(job.kind)
         if handler is None:
@@ -359,6 +366,9 @@ class Executor:
                 backoff_base=policy.backoff_base,
                 backoff_cap=policy.backoff_cap,
             )
+        except JobCancelled:
+            self.interruptible = False
+            settlement = outcomes.cancelled(job, "cancelled while running; the worker stopped it")
         except Orphaned:
             self.interruptible = False
             raise

@@ -238,10 +238,12 @@ class TimeoutWatch(Service):
 
 class CancelWatch(Service):
     """Stops the running jobs someone cancelled. A single-threaded child running one has its
-    process group stopped, as a timeout would (the write that ends the claim then makes the job
-    'cancelled'); a threaded child's handler is told through ``job.cancelled()``, since stopping
-    the child would stop its other threads' jobs too. A job claimed but not started yet is
-    stopped once it starts."""
+    process group stopped, as a timeout would: told which job through its board, the child ends
+    that job cancelled and exits (if it will not stop, the kill that follows ends the job through
+    the requeue, which makes a job with a cancel request 'cancelled'). A threaded child's handler
+    is told through ``job.cancelled()`` instead, since stopping the child would stop its other
+    threads' jobs too. A job claimed in a batch but not started yet is named on the board, and
+    the child ends it cancelled instead of starting it."""
 
     name = "cancel watch"
 
@@ -260,6 +262,9 @@ class CancelWatch(Service):
             if child is None or child.kill_reason:
                 continue
             if request.id not in {job.job_id for job in child.board.running_jobs()}:
+                # Claimed in a batch, not started: the child reads its board before starting a
+                # job and ends this one cancelled without running it.
+                child.board.cancel_job(request.id)
                 continue
             what = f"job {request.id} ({request.kind}) on queue {request.queue} was cancelled"
             if child.board.threads > 1:
@@ -274,6 +279,7 @@ class CancelWatch(Service):
                     )
                 continue
             self.host.counters.cancel_stops += 1
+            child.board.cancel_job(request.id)
             self.host.kill_child(child, what)
         self.told = still_told
 

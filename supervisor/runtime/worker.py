@@ -36,7 +36,7 @@ from supervisor.queue.dsn import DatabaseError, connect
 from supervisor.queue.jobs import Job
 from supervisor.runtime import memory
 from supervisor.runtime.board import Board, Counter, State
-from supervisor.runtime.execution import Executor, JobTimeout, Orphaned, Results
+from supervisor.runtime.execution import Executor, JobCancelled, JobTimeout, Orphaned, Results
 from supervisor.runtime.exits import ChildExit
 from supervisor.runtime.proctitle import child_title, set_title
 from supervisor.runtime.weights import WeightedQueues
@@ -191,8 +191,13 @@ class Worker:
             if self.executor.interruptible:
                 raise Orphaned
             return
+        if not self.executor.interruptible:
+            return
+        running = self.board.running_jobs()
+        if running and self.board.cancelled_job() == running[0].job_id:
+            raise JobCancelled
         deadline = self.executor.deadline
-        if self.executor.interruptible and deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             raise JobTimeout
 
     def _refresh_title(self) -> None:
