@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -270,8 +271,33 @@ class Executor:
         # own bookkeeping around it.
         self.interruptible = False
         self.deadline: float | None = None
+        # Frames that are ours, not the handler's: a signal landing in one of them finds the
+        # handler not yet called or already returned.
+        self._own_code: set[Any] = {Executor.run.__code__}
+        for h in handlers.values():
+            call = getattr(type(h).__call__, "__code__", None)
+            if call is not None:
+                self._own_code.add(call)
         # Handler threads share the board's counters; `+=` on shared memory is not atomic.
         self.counter_lock = threading.Lock()
+
+    def in_handler(self, frame: FrameType | None) -> bool:
+        """Whether a signal that interrupted ``frame`` (the main thread's innermost frame)
+        landed in the handler's own code. Checked by frame, not by a flag cleared after the
+        handler returns: between the return and the clearing, a flag would still say
+        "running" and a timeout raised there would turn a success into a failure."""
+        return self.interruptible and frame is not None and frame.f_code not in self._own_code
+
+    def timed_out(self, job: Job) -> outcomes.Settlement:
+        """The failure of a job stopped for running past its kind's timeout."""
+        policy = self.config.policy(job.kind)
+        return outcomes.failure(
+            job,
+            f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
@@ -314,13 +340,7 @@ class Executor:
             self.interruptible = False
         except JobTimeout:
             self.interruptible = False
-            settlement = outcomes.failure(
-                job,
-                f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
-                max_attempts=policy.max_attempts,
-                backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap,
-            )
+            settlement = self.timed_out(job)
         except Orphaned:
             self.interruptible = False
             raise

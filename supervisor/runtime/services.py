@@ -260,9 +260,11 @@ class PendingRequeue:
     worker_id: str
     reason: str
     pool: str
-    # Jobs the child was running when it died (from its board); its other jobs were only
-    # claimed, and get their attempt back.
+    # Jobs the child was running when it died (from its board) that spend their attempt; its
+    # other jobs get it back: those only claimed, and those interrupted (running beside the
+    # job that hung, when the master stopped the child for a timeout).
     spent: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
     since: float = field(default_factory=time.monotonic)
 
 
@@ -313,7 +315,17 @@ class Requeuer(Service):
                 "attempt": m.attempts,
                 "pool": item.pool,
             }
-            if m.id not in item.spent:
+            if m.id in item.interrupted:
+                log.warning(
+                    "job %s (%s) on queue %s given back without spending an attempt "
+                    "(interrupted while running beside a job that hung): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.id not in item.spent:
                 log.info(
                     "job %s (%s) on queue %s given back without spending an attempt "
                     "(claimed, not running): %s",
