@@ -18,6 +18,7 @@ import pytest
 
 from supervisor import NewJob, enqueue_many
 from supervisor.embedded.server import EmbeddedPostgres, available
+from supervisor.queue.job import Job
 from supervisor.runtime.exits import ChildExit
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
@@ -314,7 +315,6 @@ def test_a_signal_raises_only_into_the_handlers_own_code(dsn: str, tmp_path: Pat
 
     from supervisor.config import load_config
     from supervisor.config.handlers import Handler
-    from supervisor.queue.job import Job
     from supervisor.runtime.board import Board
     from supervisor.runtime.execution import Executor
 
@@ -345,3 +345,56 @@ def test_a_signal_raises_only_into_the_handlers_own_code(dsn: str, tmp_path: Pat
     assert executor.run(job) is None
     assert seen == {"handler": True, "handler call": False, "executor": False}
     assert not executor.in_handler(sys._getframe())  # after the run: never
+
+
+def test_an_exception_raised_mid_call_discards_the_childs_connection(
+    dsn: str, tmp_path: Path
+) -> None:
+    """A timeout raised out of the signal handler while the handler's lease check waits on
+    the child's own connection leaves that connection mid-protocol: it is discarded (and
+    reopened later), never used again for the outcome writes or the next claim."""
+    from supervisor.config import load_config
+    from supervisor.runtime.board import Board
+    from supervisor.runtime.execution import JobTimeout
+    from supervisor.runtime.worker import ChildSpec, Worker
+
+    path = tmp_path / "q.yaml"
+    path.write_text(ONE_CHILD)
+    config = load_config(path)
+    worker = Worker(
+        ChildSpec(
+            config=config,
+            pool=config.pools["main"],
+            slot=1,
+            worker_id="w",
+            dsn=dsn,
+            handlers={},
+            kinds=[],
+            board=Board(1),
+            wake_fd=-1,
+            report_fd=-1,
+            master_pid=os.getpid(),
+            max_jobs=None,
+            inherited_fds=[],
+        )
+    )
+    worker.conn = psycopg.connect(dsn, autocommit=True)
+    now = datetime.now(timezone.utc)
+    job = Job(1, "default", "k", {}, 0, now, 1, 3, 1, now, now)
+
+    def timeout(signum: int, frame: Any) -> None:
+        raise JobTimeout
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    try:
+        with psycopg.connect(dsn) as locker:
+            # The lease check now waits on the lock: the timeout lands mid-call.
+            locker.execute("LOCK TABLE pgq.jobs IN ACCESS EXCLUSIVE MODE")
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(JobTimeout):
+                worker._lease_held(job)
+            locker.rollback()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert worker.conn is None
