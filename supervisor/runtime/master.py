@@ -611,9 +611,13 @@ class Master:
     def sleep(self) -> None:
         now = time.monotonic()
         wake_at = [s.next_due for s in self.services]
-        wake_at += [
-            slot.next_spawn for rt in self.pools.values() for slot in rt.slots if slot.child is None
-        ]
+        if not self.stopping:  # a stopping master refills nothing: a past spawn time would spin
+            wake_at += [
+                slot.next_spawn
+                for rt in self.pools.values()
+                for slot in rt.slots
+                if slot.child is None
+            ]
         wake_at += [c.kill_at for c in self.children.values() if c.kill_at is not None]
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)
