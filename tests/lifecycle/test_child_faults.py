@@ -206,7 +206,7 @@ def test_a_hung_threaded_job_costs_its_finished_siblings_nothing(
     attempts, last_error = wait_for(
         lambda: query(
             ledger,
-            "SELECT attempts, last_error FROM pgq.jobs WHERE id = %s AND state = 'available'",
+            "SELECT attempts, last_error FROM pgq.jobs WHERE id = %s AND state <> 'running'",
             (hang,),
         ),
         30,
@@ -341,6 +341,7 @@ def test_a_signal_raises_only_into_the_handlers_own_code(dsn: str, tmp_path: Pat
         kinds=["k"],
         board=Board(1),
         lease_check=lambda job: True,
+        cancel_check=lambda job: False,
         interruptible_thread=0,
     )
     now = datetime.now(timezone.utc)
