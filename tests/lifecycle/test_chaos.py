@@ -17,7 +17,7 @@ from supervisor.embedded.server import available
 from tests.lifecycle.harness import ROOT
 
 
-@pytest.mark.timeout(170)
+@pytest.mark.timeout(210)
 @pytest.mark.skipif(not available(), reason="needs the embedded PostgreSQL binaries")
 def test_short_chaos_drill_holds_every_promise() -> None:
     result = subprocess.run(
@@ -29,12 +29,12 @@ def test_short_chaos_drill_holds_every_promise() -> None:
             "--faults",
             "short",
             "--timeout",
-            "120",
+            "150",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=160,
+        timeout=200,
         env={k: v for k, v in os.environ.items() if k != "PGQ_DSN"},
     )
     lines = result.stdout.strip().splitlines()
