@@ -153,7 +153,8 @@ def spawn(
     kinds: list[str],
     inherited_fds: Callable[[], list[int]],
 ) -> Child:
-    board = Board(pool.threads)
+    # Outcomes waiting to be written: at most a batch and what the threads hold besides.
+    board = Board(pool.threads, unrecorded=pool.batch + pool.threads)
     wake_r, wake_w = os.pipe()
     report_r, report_w = os.pipe()
     for fd in (wake_r, wake_w, report_r, report_w):

@@ -69,6 +69,9 @@ class Results:
     # Called after retries or snoozes for later were written, so the master's stager wakes
     # for them at their run_at (the child reports it through its pipe; no NOTIFY on updates).
     on_scheduled: Callable[[], None] | None = None
+    # Told the ids of the jobs that ran here and wait to be written, whenever they change (the
+    # board shows them to the master: a child killed now held them run, not unstarted).
+    on_unrecorded: Callable[[list[int]], None] | None = None
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -77,6 +80,13 @@ class Results:
             self.settled.append(settlement)
         if self.oldest is None:
             self.oldest = time.monotonic()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_unrecorded is not None:
+            ran = [job.id for job in self.done]
+            ran += [s.job.id for s in self.settled if s.label != "released"]
+            self.on_unrecorded(ran)
 
     def __bool__(self) -> bool:
         return bool(self.done or self.settled)
@@ -132,6 +142,7 @@ class Results:
         self._announce(self.settled)
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
+        self._changed()
         return after
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
@@ -163,6 +174,7 @@ class Results:
             left = [(j, s) for j, s, _ in refused] + pending
             self.done = [job for job, s in left if s is None]
             self.settled = [s for _, s in left if s is not None]
+            self._changed()
         if not refused:
             self.oldest, self.retry_delay = None, 0.0
             return

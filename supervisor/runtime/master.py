@@ -337,7 +337,10 @@ class Master:
             # refused: nobody renews those leases now, so give them back at once.
             self.requeuer.add(
                 PendingRequeue(
-                    child.worker_id, f"worker {label} {what} still holding it", child.pool
+                    child.worker_id,
+                    f"worker {label} {what} still holding it",
+                    child.pool,
+                    unrecorded=child.board.unrecorded(),
                 )
             )
         else:
@@ -345,7 +348,12 @@ class Master:
             spent, interrupted = self.charged_jobs(child)
             self.requeuer.add(
                 PendingRequeue(
-                    child.worker_id, f"worker {label} {what}", child.pool, spent, interrupted
+                    child.worker_id,
+                    f"worker {label} {what}",
+                    child.pool,
+                    spent,
+                    interrupted,
+                    child.board.unrecorded(),
                 )
             )
         self.kill_leftovers(child, label)

@@ -307,6 +307,9 @@ class PendingRequeue:
     # job that hung, when the master stopped the child for a timeout).
     spent: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
+    # Jobs that ran and finished there but whose outcome it never wrote: they get their attempt
+    # back (a success must not push a job to the dead letters) and run again.
+    unrecorded: list[int] = field(default_factory=list)
     since: float = field(default_factory=time.monotonic)
 
 
@@ -361,6 +364,16 @@ class Requeuer(Service):
                 log.warning(
                     "job %s (%s) on queue %s given back without spending an attempt "
                     "(interrupted while running beside a job that hung): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.id in item.unrecorded and m.id not in item.spent:
+                log.warning(
+                    "job %s (%s) on queue %s ran, but its outcome was not recorded before its "
+                    "worker stopped; given back without spending an attempt, it runs again: %s",
                     m.id,
                     m.kind,
                     m.queue,

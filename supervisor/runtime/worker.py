@@ -104,7 +104,9 @@ class Worker:
         self.draining = False
         self.orphaned = False
         self.conn: psycopg.Connection[Any] | None = None
-        self.results = Results(on_scheduled=lambda: self._report(b"S"))
+        self.results = Results(
+            on_scheduled=lambda: self._report(b"S"), on_unrecorded=self.board.set_unrecorded
+        )
         self.jobs_run = 0
         self.last_memory_check = 0.0
         self.process = psutil.Process()

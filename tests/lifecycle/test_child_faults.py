@@ -22,6 +22,7 @@ from supervisor.queue.job import Job
 from supervisor.runtime.exits import ChildExit
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
+from tests.lifecycle.test_faults import POISON_TRIGGER
 
 
 def _enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
@@ -221,6 +222,33 @@ def test_a_hung_threaded_job_costs_its_finished_siblings_nothing(
     assert "claimed, not running" not in log
     assert "lease lost" not in log
     assert sup.stop() == 0
+
+
+def test_a_job_that_ran_but_was_never_recorded_is_not_called_unstarted(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    """The database refuses a finished job's completion until the child leaves: the master
+    gives the job back (without spending the attempt: it succeeded), saying it ran and was
+    not recorded, never that it was "claimed, not running"."""
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        conn.execute(POISON_TRIGGER)
+    (poison,) = _enqueue(ledger, [NewJob("record", {"poison": "yes"})])
+    sup = supervisor("""
+        handlers:
+          record: tests.handlers:record
+        pools:
+          main:
+            processes: 1
+            queues: {default: 1}
+    """).start()
+    sup.wait_log(f"refusing to delete job {poison}")
+    assert sup.stop() == 0
+    log = sup.log()
+    assert f"job {poison} (record) on queue default ran, but its outcome was not recorded" in log
+    assert "claimed, not running" not in log
+    assert _count(ledger, poison, "ran") == 1
+    row = query(ledger, "SELECT state, attempts FROM pgq.jobs WHERE id = %s", (poison,))
+    assert row == [("available", 0)]
 
 
 # -- item 5: a claim whose reply was lost -------------------------------------------------------
