@@ -253,7 +253,9 @@ SELECT EXISTS (
 );
 
 -- name: requeue_worker
--- Gives back every job held by a worker that is known to be gone (its process exited). A job
+-- Gives back every job held by a worker that is known to be gone (its process exited), or,
+-- for a live worker that reconnected, every job it holds but not those in %(keep)s (the rest
+-- were claimed as its old connection died, and it never received them). A job
 -- in %(spent)s was running when the worker died: its attempt stays spent, since it may be what
 -- killed the worker, and it is discarded when out of attempts. The worker's other jobs were
 -- claimed but not started (or finished but not yet recorded): they get their attempt back.
@@ -265,6 +267,7 @@ WITH target AS (
     FROM pgq.jobs
     WHERE state = 'running'
       AND locked_by = %(worker)s
+      AND id <> ALL(%(keep)s::bigint[])
     FOR UPDATE
 ),
 decided AS (

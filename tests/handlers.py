@@ -58,6 +58,12 @@ def sleep(seconds: float = 0.0, *, job: JobContext, **_: Any) -> None:
     _record(job, "finished")
 
 
+def sleep_offline(seconds: float, *, job: JobContext) -> None:
+    """Records its start, then needs no database: it finishes fine through an outage."""
+    _record(job, "started")
+    time.sleep(seconds)
+
+
 def busy(seconds: float, *, job: JobContext) -> None:
     """A CPU-bound handler: no sleeping, no heartbeats."""
     _record(job, "started")

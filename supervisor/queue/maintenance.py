@@ -45,10 +45,12 @@ def requeue_worker(
     reason: str,
     *,
     spent: Sequence[int] | None = None,
+    keep: Sequence[int] = (),
     max_attempts: Mapping[str, int] | None = None,
     history: bool = False,
 ) -> list[Moved]:
-    """Give back every job held by ``worker``, which is known to be gone.
+    """Give back every job held by ``worker`` except those in ``keep``: the worker is gone,
+    or (a live worker after a reconnect) it holds the others on paper only.
 
     Jobs in ``spent`` were running when it died and keep their attempt spent (one of them may be
     what killed it); ``None`` means every job counts, when nobody knows which were running.
@@ -59,6 +61,7 @@ def requeue_worker(
         "reason": reason,
         "history": history,
         "spent": list(spent) if spent is not None else None,
+        "keep": list(keep),
         **_policy_params(max_attempts),
     }
     rows = conn.execute(query("requeue_worker"), params).fetchall()

@@ -59,6 +59,12 @@ class Child:
     # Set when the master decided to kill it: why, and when TERM turns into KILL.
     kill_reason: str | None = None
     kill_at: float | None = None
+    kill_grace: float = 0.0  # seconds from the TERM to kill_at, for the log
+
+    def kill_by(self, deadline: float, grace: float) -> None:
+        """KILL at ``deadline`` unless gone before; an earlier deadline already set stands."""
+        if self.kill_at is None or deadline < self.kill_at:
+            self.kill_at, self.kill_grace = deadline, grace
 
     @property
     def age(self) -> float:
@@ -147,7 +153,8 @@ def spawn(
     kinds: list[str],
     inherited_fds: Callable[[], list[int]],
 ) -> Child:
-    board = Board(pool.threads)
+    # Outcomes waiting to be written: at most a batch and what the threads hold besides.
+    board = Board(pool.threads, unrecorded=pool.batch + pool.threads)
     wake_r, wake_w = os.pipe()
     report_r, report_w = os.pipe()
     for fd in (wake_r, wake_w, report_r, report_w):
@@ -157,11 +164,9 @@ def spawn(
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
     try:
         pid = os.fork()
-        if pid == 0:  # the child; never returns
-            os.close(wake_w)
-            os.close(report_r)
+        if pid == 0:  # the child; never returns, whatever the spec's making raises
             child_main(
-                ChildSpec(
+                lambda: ChildSpec(
                     config=config,
                     pool=pool,
                     slot=slot,
@@ -175,7 +180,8 @@ def spawn(
                     master_pid=master_pid,
                     max_jobs=jittered_max_jobs(pool.max_jobs),
                     inherited_fds=inherited_fds(),
-                )
+                ),
+                close_fds=(wake_w, report_r),
             )
     finally:
         if os.getpid() == master_pid:

@@ -337,14 +337,24 @@ class Master:
             # refused: nobody renews those leases now, so give them back at once.
             self.requeuer.add(
                 PendingRequeue(
-                    child.worker_id, f"worker {label} {what} still holding it", child.pool
+                    child.worker_id,
+                    f"worker {label} {what} still holding it",
+                    child.pool,
+                    unrecorded=child.board.unrecorded(),
                 )
             )
         else:
             log.error("%s %s", label, what, extra=extra)
-            running = [job.job_id for job in child.board.running_jobs()]
+            spent, interrupted = self.charged_jobs(child)
             self.requeuer.add(
-                PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool, running)
+                PendingRequeue(
+                    child.worker_id,
+                    f"worker {label} {what}",
+                    child.pool,
+                    spent,
+                    interrupted,
+                    child.board.unrecorded(),
+                )
             )
         self.kill_leftovers(child, label)
         if self.metrics is not None:
@@ -360,6 +370,18 @@ class Master:
             if delay > 0:
                 log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
         child.close()
+
+    def charged_jobs(self, child: Child) -> tuple[list[int], list[int]]:
+        """Which of a dead child's running jobs spend their attempt, and which were only
+        interrupted. Any of them may have crashed it; but when the master stopped it because
+        jobs ran past their timeout, those are the culprits and their siblings get their
+        attempt back."""
+        running = child.board.running_jobs()
+        now = time.monotonic()
+        late = [j.job_id for j in running if j.deadline is not None and now >= j.deadline]
+        if child.kill_reason is None or not late:
+            return [j.job_id for j in running], []
+        return late, [j.job_id for j in running if j.job_id not in late]
 
     def kill_leftovers(self, child: Child, label: str) -> None:
         """Nothing outlives its child: a handler's subprocess still in the child's process
@@ -407,7 +429,7 @@ class Master:
         if child.kill_reason:
             return
         child.kill_reason = reason
-        child.kill_at = time.monotonic() + KILL_GRACE
+        child.kill_by(time.monotonic() + KILL_GRACE, KILL_GRACE)
         log.warning(
             "stopping %s#%s (pid %s): %s",
             child.pool,
@@ -427,9 +449,11 @@ class Master:
                     child.pool,
                     child.slot,
                     child.pid,
-                    KILL_GRACE,
+                    child.kill_grace,
                     extra={"pool": child.pool},
                 )
+                if child.kill_reason is None:
+                    child.kill_reason = f"still running {child.kill_grace:.0f}s after a reload"
                 child.signal_group(signal.SIGKILL)
                 child.kill_at = None
 
@@ -542,10 +566,14 @@ class Master:
             if runtime is not None:
                 old_pools[name] = runtime
             log.info("reload: pool %s %s", name, "changed" if runtime else "added")
+        # Retired children drain under the same deadline as a stop: one waiting out a
+        # database outage, or running a job that never ends, must not outlive the reload.
+        grace = self.config.shutdown_timeout
         for name, runtime in old_pools.items():
             for slot in runtime.slots:
                 if slot.child is not None:
                     slot.child.draining = True
+                    slot.child.kill_by(time.monotonic() + grace, grace)
                     slot.child.signal(signal.SIGTERM)
             if name not in new.pools:
                 log.info("reload: pool %s removed", name)
@@ -618,9 +646,13 @@ class Master:
     def sleep(self) -> None:
         now = time.monotonic()
         wake_at = [s.next_due for s in self.services]
-        wake_at += [
-            slot.next_spawn for rt in self.pools.values() for slot in rt.slots if slot.child is None
-        ]
+        if not self.stopping:  # a stopping master refills nothing: a past spawn time would spin
+            wake_at += [
+                slot.next_spawn
+                for rt in self.pools.values()
+                for slot in rt.slots
+                if slot.child is None
+            ]
         wake_at += [c.kill_at for c in self.children.values() if c.kill_at is not None]
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)

@@ -310,9 +310,14 @@ class PendingRequeue:
     worker_id: str
     reason: str
     pool: str
-    # Jobs the child was running when it died (from its board); its other jobs were only
-    # claimed, and get their attempt back.
+    # Jobs the child was running when it died (from its board) that spend their attempt; its
+    # other jobs get it back: those only claimed, and those interrupted (running beside the
+    # job that hung, when the master stopped the child for a timeout).
     spent: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
+    # Jobs that ran and finished there but whose outcome it never wrote: they get their attempt
+    # back (a success must not push a job to the dead letters) and run again.
+    unrecorded: list[int] = field(default_factory=list)
     since: float = field(default_factory=time.monotonic)
 
 
@@ -363,7 +368,27 @@ class Requeuer(Service):
                 "attempt": m.attempts,
                 "pool": item.pool,
             }
-            if m.id not in item.spent:
+            if m.id in item.interrupted:
+                log.warning(
+                    "job %s (%s) on queue %s given back without spending an attempt "
+                    "(interrupted while running beside a job that hung): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.id in item.unrecorded and m.id not in item.spent:
+                log.warning(
+                    "job %s (%s) on queue %s ran, but its outcome was not recorded before its "
+                    "worker stopped; given back without spending an attempt, it runs again: %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.id not in item.spent:
                 log.info(
                     "job %s (%s) on queue %s given back without spending an attempt "
                     "(claimed, not running): %s",
