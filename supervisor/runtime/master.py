@@ -27,11 +27,12 @@ from supervisor.runtime.board import State
 from supervisor.runtime.children import HOSTNAME, Child, Slot, spawn
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
+from supervisor.runtime.pending import Readable
+from supervisor.runtime.purge import Purger
 from supervisor.runtime.services import (
     LeaseRenewal,
     MemoryWatch,
     PendingRequeue,
-    Purger,
     Registry,
     Requeuer,
     Rescuer,
@@ -101,8 +102,10 @@ class Master:
         self.exit_code = MasterExit.OK
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
+        self.purger = Purger(self)
         self.vacuum = QueueVacuum(self, self.selector)
         self.services: list[Service] = []
+        self.metrics_services: list[Service] = []
         self.title = ""
 
     # -- the loop ----------------------------------------------------------------------------
@@ -152,7 +155,11 @@ class Master:
             signal.signal(signum, _record_only)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signals")
         if self.metrics is not None:
+            from supervisor.runtime.metrics_feed import metrics_services
+
             self.metrics.attach(self.metrics_view, self.selector)
+            # Made once: a reload must not orphan a count in flight on the stats session.
+            self.metrics_services = metrics_services(self, self.metrics, self.selector)
         self.build_services()
         for name, pool in self.config.pools.items():
             self.pools[name] = self.new_pool_runtime(pool)
@@ -166,12 +173,12 @@ class Master:
 
     def build_services(self) -> None:
         config = self.config
-        purger = Purger(self, 86400.0)
-        purger.next_due = purger.next_run(time.monotonic())  # at purge.at, not at start
+        if not self.purger.running:  # purge.at may have changed; a run in progress goes on
+            self.purger.next_due = self.purger.next_run(time.monotonic())
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
             Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
-            purger,
+            self.purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
             Registry(self, 5.0),
@@ -180,10 +187,7 @@ class Master:
         self.vacuum.configure(config.vacuum)
         if config.vacuum.enabled:
             self.services.append(self.vacuum)
-        if self.metrics is not None:
-            from supervisor.runtime.metrics_feed import metrics_services
-
-            self.services.extend(metrics_services(self, self.metrics))
+        self.services.extend(self.metrics_services)
         if config.history.enabled:
             from supervisor.queue.maintenance import ensure_history_partitions
 
@@ -229,13 +233,17 @@ class Master:
         children = tuple(ChildView(c.pool, c.board, c.ready()) for c in self.children.values())
         return MasterView(pools, children, self.counters, self.db.reachable, self.stopping)
 
+    def side_sessions(self) -> list[Readable]:
+        """The master's connections that carry statements it does not wait for."""
+        return [self.vacuum, *(s for s in self.metrics_services if isinstance(s, Readable))]
+
     def inherited_fds(self) -> list[int]:
         """Descriptors a new child must close at once: nothing of the master's may be used
         (or closed through libpq) on the child's side of the fork."""
         fds = [self._signal_r, self._signal_w]
         with contextlib.suppress(Exception):
             fds.append(self.selector.fileno())  # type: ignore[attr-defined]
-        for db in (self.db, self.listener, self.vacuum):
+        for db in (self.db, self.listener, *self.side_sessions()):
             fd = db.fileno()
             if fd is not None:
                 fds.append(fd)
@@ -571,7 +579,8 @@ class Master:
         from supervisor.runtime import registry
 
         self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
-        self.vacuum.close()
+        for session in self.side_sessions():
+            session.close()
         self.db.close()
         self.listener.close()
         if self.metrics is not None:
@@ -606,8 +615,8 @@ class Master:
                 self.read_notifications()
             elif isinstance(data, Child):
                 self.read_child_report(data)
-            elif data is self.vacuum:
-                self.vacuum.on_readable()
+            elif isinstance(data, Readable):
+                data.on_readable()
             elif self.metrics is not None:
                 self.metrics.handle(key)
 

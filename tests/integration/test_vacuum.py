@@ -17,7 +17,8 @@ from supervisor.config import Config, parse_config
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import locks
 from supervisor.runtime.database import MasterDatabase
-from supervisor.runtime.vacuum import PendingStatement, QueueVacuum
+from supervisor.runtime.pending import PendingStatement
+from supervisor.runtime.vacuum import QueueVacuum
 
 CONFIG = """
 handlers: {noop: tests.handlers:noop}

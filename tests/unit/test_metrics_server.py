@@ -23,7 +23,6 @@ from supervisor.observability.families import QueueSnapshot
 from supervisor.observability.metrics import MetricsError, MetricsServer
 from supervisor.observability.view import MasterCounters, MasterView
 from supervisor.queue.maintenance import QueueStats
-from supervisor.runtime import metrics_feed
 from supervisor.runtime.board import Board, Counter, State
 from supervisor.runtime.children import Child, Slot
 from supervisor.runtime.master import Master, PoolRuntime
@@ -173,25 +172,6 @@ def test_readiness_says_why_not(server: MetricsServer) -> None:
     master.db.reachable, master.stopping = True, True
     server.snapshot = QueueSnapshot([], time.monotonic())
     assert server.not_ready() == ["stopping"]
-
-
-def test_a_slow_queue_stats_refresh_runs_less_often(server: MetricsServer) -> None:
-    def slow(what: str, fn: Any) -> list[QueueStats]:
-        time.sleep(0.4)
-        return [QueueStats("pdf", 1, 0, 0, 0, 1.0)]
-
-    host: Any = SimpleNamespace(db=SimpleNamespace(run=slow))
-    refresh = metrics_feed.QueueStatsRefresh(host, server)
-    assert refresh.interval == metrics_feed.STATS_INTERVAL
-    refresh.run_once()
-    assert server.snapshot is not None and server.snapshot.queues[0].queue == "pdf"
-    # 0.4s is 5% of 8s: the master's loop is never held longer than that share.
-    assert 8.0 <= refresh.interval < 9.0
-    assert server.stats_interval == refresh.interval
-    taken = server.snapshot
-    host.db.run = lambda what, fn: None  # the database went away: keep what we had
-    refresh.run_once()
-    assert server.snapshot is taken
 
 
 def test_a_port_in_use_is_a_clear_error() -> None:
