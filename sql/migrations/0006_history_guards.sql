@@ -6,12 +6,14 @@
 -- `since` must be within two days of now and `days_ahead` at most 31: a caller cannot make the
 -- owner create thousands of tables. Supervisors starting at the same moment queue on a
 -- transaction advisory lock (key 0x70677105, supervisor/queue/locks.py) instead of racing to
--- create the same table.
+-- create the same table. Attaching a partition locks the history table: it waits at most
+-- 200 ms for that (lock_not_available, 55P03), and is tried again later.
 CREATE OR REPLACE FUNCTION pgq.ensure_history_partitions(since timestamptz, days_ahead integer)
 RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
 AS $$
 DECLARE
     day      date;

@@ -25,8 +25,9 @@ log = logging.getLogger("pgq.master")
 
 # Counting every row of pgq.jobs takes about 0.25 s at a million rows: it runs on a session of
 # its own, so the figures may take that long to arrive but the loop does not wait for them. The
-# server cuts the count short past this, and a slow count makes the refresh less frequent.
-STATS_STATEMENT_TIMEOUT = "30s"
+# server cuts the count short past this (waiting for a lock included: the loop does not wait
+# with it), and a slow count makes the refresh less frequent.
+STATS_TIMEOUT = "30s"
 STATS_DB_SHARE = 0.05
 
 
@@ -77,7 +78,7 @@ class QueueStatsRefresh(Service, Readable):
             )
             conn.execute(
                 query("session_timeouts"),
-                {"statement_timeout": STATS_STATEMENT_TIMEOUT, "lock_timeout": "1s"},
+                {"statement_timeout": STATS_TIMEOUT, "lock_timeout": STATS_TIMEOUT},
             )
         except (DatabaseError, psycopg.Error) as exc:
             log.debug("queue stats: %s", exc)  # the master's own session reports outages
