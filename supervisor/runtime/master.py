@@ -53,6 +53,8 @@ KILL_GRACE = 5.0
 # Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
 BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
+# A turn of the loop busy this long is logged: everything the master does waited behind it.
+SLOW_TURN = 1.0
 # Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
 # by MemoryWatch when it decides the kill.
 RECYCLE_KINDS: dict[ChildExit | None, str] = {
@@ -107,6 +109,7 @@ class Master:
         self.services: list[Service] = []
         self.metrics_services: list[Service] = []
         self.title = ""
+        self.waited = 0.0  # seconds the current step spent waiting in select
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -132,12 +135,29 @@ class Master:
             self.update_title,
             self.sleep,
         ]
+        self.waited = 0.0
+        busy, slowest, slowest_took = 0.0, "", 0.0
         for step in steps:
+            started = time.monotonic()
             try:
                 step()
             except Exception:
                 log.exception("master: %s failed; carrying on", step.__name__)
                 time.sleep(0.1)  # never spin on a step that keeps failing
+            took = time.monotonic() - started - self.waited
+            self.waited = 0.0
+            busy += took
+            if took > slowest_took:
+                slowest, slowest_took = step.__name__, took
+        self.counters.turn(busy)
+        if busy >= SLOW_TURN:
+            log.warning(
+                "master: one turn of the loop took %.2fs (%s: %.2fs); lease renewal, reaping "
+                "and signals waited that long",
+                busy,
+                slowest,
+                slowest_took,
+            )
 
     def start(self) -> None:
         self.update_title()
@@ -607,7 +627,10 @@ class Master:
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)
         timeout = min(1.0, max(0.0, min(wake_at, default=now + 1.0) - now))
-        for key, _ in self.selector.select(timeout):
+        started = time.monotonic()
+        ready = self.selector.select(timeout)
+        self.waited = time.monotonic() - started  # not busy: the turn's time excludes it
+        for key, _ in ready:
             data: Any = key.data
             if data == "signals":
                 continue  # read at the top of the next turn

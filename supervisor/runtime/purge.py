@@ -25,7 +25,7 @@ from supervisor.runtime.services import Host, Service, claim_singleton_run
 log = logging.getLogger("pgq.master")
 
 # How long one slice should take; the slice size follows what the last one took.
-SLICE_SECONDS = 0.02
+SLICE_SECONDS = 0.01
 MIN_SLICE = 100
 # A busy partition is tried again after this long, this many times, then left for tomorrow.
 DROP_RETRY_AFTER = 30.0
@@ -131,13 +131,16 @@ class PurgeRun:
         self, what: str, delete: Callable[[psycopg.Connection[Any], int], int]
     ) -> int | None:
         """One DELETE of at most ``self.limit`` rows; the next limit is scaled so a slice takes
-        about SLICE_SECONDS (between MIN_SLICE and purge.batch rows)."""
+        about SLICE_SECONDS (between MIN_SLICE and purge.batch rows). It shrinks at once after
+        a slow slice but grows by half at most after a fast one: one slice that found
+        everything cached must not make the next one five times as long."""
         self.limit_used = limit = self.limit
         started = time.monotonic()
         deleted = self.host.db.run(what, lambda conn: delete(conn, limit))
         took = max(time.monotonic() - started, 1e-4)
         if deleted is not None and deleted >= limit:
-            self.limit = max(MIN_SLICE, min(self.most, int(limit * SLICE_SECONDS / took)))
+            scaled = min(limit * SLICE_SECONDS / took, limit * 1.5)
+            self.limit = max(MIN_SLICE, min(self.most, int(scaled)))
         return deleted
 
 

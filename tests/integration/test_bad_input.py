@@ -138,3 +138,37 @@ def test_bad_kind_and_queue_names_are_refused(conn: psycopg.Connection[Any], nam
     with pytest.raises(EnqueueError):
         enqueue(conn, "k", {}, queue=name)
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+# -- no database given (issue 11, item 7) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["run", "migrate"])
+def test_no_dsn_and_no_embedded_opt_in_exits_2_naming_the_ways(tmp_path: Path, verb: str) -> None:
+    """A production host whose environment lost PGQ_DSN refuses to start: before, it started
+    an embedded PostgreSQL on an empty data folder and ran its children against it."""
+    data = tmp_path / "pg"
+    config = tmp_path / "q.yaml"
+    config.write_text(VALID + f"database: {{embedded_dir: {data}}}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PGQ_DSN"}
+    result = run_cli(config, verb, env=env, timeout=30)
+    said = result.stderr
+    assert result.returncode == 2, said + result.stdout
+    for way in ("PGQ_DSN", "--dsn", "database.dsn", "database.embedded: true", "--embedded"):
+        assert way in said, (way, said)
+    assert not data.exists()  # nothing was started, not even initdb
+
+
+def test_embedded_and_a_dsn_together_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "q.yaml"
+    config.write_text(VALID + "database: {dsn: 'postgresql://x@h/d', embedded: true}\n")
+    result = _cli(config, "check")
+    assert result.returncode == 2
+    assert "database.embedded: cannot be true with database.dsn set" in result.stderr
+
+
+def test_the_shipped_config_opts_in_to_the_embedded_server() -> None:
+    from supervisor.config import load_config
+    from tests.commands import ROOT
+
+    assert load_config(str(ROOT / "config" / "queues.yaml")).database.embedded
