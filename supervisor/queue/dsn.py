@@ -48,13 +48,22 @@ def _password(dsn: str) -> str | None:
         return None
 
 
+# The DSN's own password is also removed wherever it stands alone in the text, but only if it
+# looks like a secret: 8 characters or more, not letters alone. A short password or an ordinary
+# word ("postgres") would otherwise be starred out of every log line that happens to hold those
+# letters, garbling the log; such passwords are still removed from every DSN the text quotes.
+_SECRET_MIN_LENGTH = 8
+
+
 def scrub(text: str, dsn: str | None = None) -> str:
     """Remove any password from text: URI and key=value forms, and the DSN's own password."""
     text = _URI_PASSWORD.sub(r"\g<scheme>:***@", text)
     text = _KV_PASSWORD.sub(r"\g<key>***", text)
     secret = _password(dsn) if dsn else None
-    if secret:
-        text = text.replace(secret, "***")
+    if secret and len(secret) >= _SECRET_MIN_LENGTH and not secret.isalpha():
+        # Standing alone: not the middle of a longer run of letters and digits.
+        alone = re.compile(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])")
+        text = alone.sub("***", text)
     return text
 
 

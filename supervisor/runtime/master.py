@@ -55,6 +55,7 @@ BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
 # A turn of the loop busy this long is logged: everything the master does waited behind it.
 SLOW_TURN = 1.0
+NOTABLE_TURN = 0.05  # logged at debug level, with the step that took longest
 # Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
 # by MemoryWatch when it decides the kill.
 RECYCLE_KINDS: dict[ChildExit | None, str] = {
@@ -150,6 +151,8 @@ class Master:
             if took > slowest_took:
                 slowest, slowest_took = step.__name__, took
         self.counters.turn(busy)
+        if busy >= NOTABLE_TURN:
+            log.debug("master: a turn took %.3fs (%s: %.3fs)", busy, slowest, slowest_took)
         if busy >= SLOW_TURN:
             log.warning(
                 "master: one turn of the loop took %.2fs (%s: %.2fs); lease renewal, reaping "

@@ -140,6 +140,77 @@ def test_bad_kind_and_queue_names_are_refused(conn: psycopg.Connection[Any], nam
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("max_attempts", 2**40, "max_attempts must be 1..2147483647"),
+        ("max_attempts", 2**31, "max_attempts must be 1..2147483647"),
+        ("delay", 1e13, "more than a century"),
+        ("delay", 10**12, "more than a century"),
+        ("priority", 2**15, "outside -32768..32767"),
+    ],
+)
+def test_numbers_past_their_column_are_refused_before_sending(
+    conn: psycopg.Connection[Any], field: str, value: float, says: str
+) -> None:
+    """Before: max_attempts=2**40 and delay=1e13 reached the server, whose error aborted the
+    caller's transaction (its business write with it)."""
+    with conn.transaction():
+        conn.execute("CREATE TEMP TABLE orders (id int)")
+        conn.execute("INSERT INTO orders VALUES (1)")
+        with pytest.raises(EnqueueError, match=says):
+            enqueue(conn, "k", {}, **{field: value})
+        with pytest.raises(EnqueueError, match=says):
+            enqueue_many(conn, [NewJob("k", **{field: value})])
+        # The caller's transaction goes on: nothing was sent.
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+def test_a_literal_backslash_u0000_in_a_string_is_stored(conn: psycopg.Connection[Any]) -> None:
+    # Before: refused as a NUL, though it is six printable characters.
+    args = {"path": "C:\\u0000\\x", "odd": "\\\\u0000"}
+    job_id = enqueue(conn, "k", args)
+    assert conn.execute("SELECT args FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone() == (args,)
+    with pytest.raises(EnqueueError, match="NUL"):
+        enqueue(conn, "k", {"path": "C:\\\x00"})  # a backslash, then a real NUL
+
+
+@pytest.mark.parametrize(
+    "name", ["a\nb", "pdf\r", "x\x1b[31mred", "q\u202eevil", "tab\there", "del\x7f", "l\u2028s"]
+)
+def test_kinds_and_queues_with_control_characters_are_refused(
+    conn: psycopg.Connection[Any], name: str
+) -> None:
+    # Before: stored, and every log line naming the job printed the newline or the escape.
+    with pytest.raises(EnqueueError, match="control or format character U\\+"):
+        enqueue(conn, name, {})
+    with pytest.raises(EnqueueError, match="control or format character U\\+"):
+        enqueue(conn, "k", {}, queue=name)
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("password", ["a", "pg", "postgres", "secret"])
+def test_a_short_or_ordinary_password_does_not_garble_logs(password: str) -> None:
+    from supervisor.queue.dsn import scrub
+
+    dsn = f"postgresql://postgres:{password}@db.example/app"
+    line = 'job 12 (pdf) on queue a: password authentication failed for user "postgres"'
+    # Before: every "a" (or "postgres") in the line became ***.
+    assert scrub(line, dsn) == line
+    assert scrub(f"cannot connect: {dsn}", dsn) == (
+        "cannot connect: postgresql://postgres:***@db.example/app"
+    )
+    assert scrub(f"password={password} host=db", dsn) == "password=*** host=db"
+
+
+def test_a_real_password_is_removed_wherever_it_stands() -> None:
+    from supervisor.queue.dsn import scrub
+
+    dsn = "postgresql://app:Kn0wn-P4ss-w0rd@db/app"
+    assert scrub("echoed Kn0wn-P4ss-w0rd back", dsn) == "echoed *** back"
+
+
 # -- no database given (issue 11, item 7) ----------------------------------------------------
 
 
