@@ -131,6 +131,15 @@ def connection_error(dsn: str, exc: BaseException) -> DatabaseError:
 _SESSION_SURVIVES = {"57014", "55P03", "40001", "40P01"}
 
 
+# What a child catches to drop its session and reconnect: a broken connection, and a server
+# that turned read-only under it (a failover demoted it; a new session, through a multi-host
+# DSN with target_session_attrs=read-write, reaches the new primary).
+RECONNECT_ERRORS: tuple[type[psycopg.Error], ...] = (
+    psycopg.OperationalError,
+    psycopg.errors.ReadOnlySqlTransaction,
+)
+
+
 def session_lost(exc: BaseException) -> bool:
     """Whether a session that raised ``exc`` must be dropped and reopened rather than reused.
 

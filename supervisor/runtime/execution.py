@@ -20,6 +20,7 @@ import psycopg
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
+from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
 from supervisor.runtime.board import Board, Counter
 
@@ -111,7 +112,7 @@ class Results:
                     else None
                 )
                 after = then(conn) if then is not None else None
-        except psycopg.OperationalError:
+        except RECONNECT_ERRORS:
             raise
         except psycopg.Error:
             self._write_one_by_one(conn, board, pool, history)
@@ -143,7 +144,7 @@ class Results:
                     else:
                         result = jobs_api.settle(conn, [settlement], history=history)
                         _tally(board, pool, None, [settlement], result)
-                except psycopg.OperationalError:
+                except RECONNECT_ERRORS:
                     raise
                 except psycopg.Error as exc:
                     refused.append((job, settlement, exc))

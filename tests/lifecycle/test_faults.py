@@ -144,6 +144,52 @@ def test_database_lost_mid_run_loses_nothing_and_recovers(
     assert sup.stop() == 0
 
 
+def _sessions(dsn: str) -> dict[str, int]:
+    """application_name -> backend pid of the supervisor's sessions."""
+    return dict(
+        query(
+            dsn,
+            "SELECT application_name, pid FROM pg_stat_activity"
+            " WHERE application_name IN ('pgq-supervisor master', 'pgq-supervisor main#1')",
+        )
+    )
+
+
+def _read_only(dsn: str, on: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SET default_transaction_read_only = off")  # this session may still write
+        if on:
+            admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        else:
+            admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
+        admin.execute("SELECT pg_reload_conf()")
+
+
+@needs_embedded
+def test_a_server_turned_read_only_makes_master_and_child_reconnect(
+    server: EmbeddedPostgres, own_supervisor: Callable[..., Supervisor]
+) -> None:
+    """As after a failover that demoted the server: every write is refused (SQLSTATE 25006).
+    Before: the child retried its claim and the master its heartbeat on the same sessions for
+    good, so a multi-host DSN never got the chance to reach the new primary."""
+    sup = own_supervisor(RECORD.replace("processes: 2", "processes: 1")).start()
+    first = wait_for(lambda: len(s := _sessions(server.dsn)) == 2 and s, 30, what="sessions")
+    _read_only(server.dsn, True)
+    try:
+        wait_for(
+            lambda: all(_sessions(server.dsn).get(name, pid) != pid for name, pid in first.items()),
+            30,
+            what=f"new sessions for {sorted(first)}\n{sup.log()}",
+        )
+    finally:
+        _read_only(server.dsn, False)
+    ids = _enqueue(server.dsn, [NewJob("record") for _ in range(10)])
+    wait_for(lambda: scalar(server.dsn, "SELECT count(*) FROM pgq.jobs") == 0, 60, what="drain")
+    ran = dict(query(server.dsn, "SELECT job_id, count(*) FROM test_ledger GROUP BY job_id"))
+    assert sorted(ran) == sorted(ids)
+    assert sup.stop() == 0
+
+
 # -- handlers that hang, crash, or eat memory ----------------------------------------------------
 
 
