@@ -126,7 +126,8 @@ def purge_discarded_slice(
     kind: str | None = None,
     queue: str | None = None,
 ) -> int:
-    """Delete up to ``limit`` dead letters that finished before ``older_than``; returns how many.
+    """Delete up to ``limit`` dead letters and cancelled jobs that finished before
+    ``older_than``; returns how many.
 
     ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any. Fewer than
     ``limit`` deleted means none are left.
@@ -143,7 +144,8 @@ def purge_discarded(
     kind: str | None = None,
     queue: str | None = None,
 ) -> int:
-    """Delete every dead letter that finished before ``older_than``, in slices of ``batch``."""
+    """Delete dead letters and cancelled jobs that finished before ``older_than``, in slices
+    of ``batch``; returns how many. ``kind`` and ``queue`` narrow it; None means any."""
     total = 0
     while True:
         deleted = purge_discarded_slice(conn, older_than, limit=batch, kind=kind, queue=queue)
@@ -276,15 +278,23 @@ class QueueStats:
     running: int
     discarded: int
     oldest_ready_age: float
+    cancelled: int = 0
+    paused: bool = False
 
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
+    """Per queue figures; a paused queue is listed even when it holds no jobs."""
     return queue_stats_from_rows(conn.execute(query("queue_stats")).fetchall())
 
 
 def queue_stats_from_rows(rows: Sequence[Sequence[Any]]) -> list[QueueStats]:
     """The rows of the queue_stats query, typed or as text (read without waiting for them)."""
     return [
-        QueueStats(str(q), int(a), int(s), int(r), int(d), float(age))
-        for q, a, s, r, d, age in rows
+        QueueStats(str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused))
+        for q, a, s, r, d, c, age, paused in rows
     ]
+
+
+def _bool(value: Any) -> bool:
+    """A boolean column, typed or as the server's text ('t' or 'f')."""
+    return value in (True, "t") if isinstance(value, str | bool) else bool(value)
