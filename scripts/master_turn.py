@@ -36,6 +36,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 ROOT = Path(__file__).resolve().parent.parent
+SLOW_TURN = re.compile(r"master: a turn took (?P<took>[0-9.]+)s \((?P<step>\w+): ")
 SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 
 
@@ -129,6 +130,8 @@ def run(dsn: str, root: Path, port: int, workdir: Path, timeout: float) -> dict[
         f'purge: {{at: "{at}", discarded_after: 14d}}\n'
         "history: {enabled: true, keep: 7d}\n"
         f"metrics: {{port: {port}}}\n"
+        # Debug: the master logs each turn past 50 ms with the step that took longest.
+        "log: {level: debug}\n"
     )
     env = {**os.environ, "PGQ_DSN": dsn, "PYTHONPATH": str(root)}
     log_path = workdir / "supervisor.log"
@@ -194,7 +197,14 @@ def run(dsn: str, root: Path, port: int, workdir: Path, timeout: float) -> dict[
             (float(le) for le in bounds if during[le] >= during.get("+Inf", 0)), None
         )
         figures["turn_buckets_during_purge"] = during
-    figures["log_tail"] = log_path.read_text(errors="replace").splitlines()[-5:]
+    log_text = log_path.read_text(errors="replace")
+    slow: dict[str, int] = {}
+    for m in SLOW_TURN.finditer(log_text):
+        slow[m["step"]] = slow.get(m["step"], 0) + 1
+    figures["turns_over_50ms_by_step"] = slow
+    figures["log_tail"] = [
+        line for line in log_text.splitlines() if "DEBUG" not in line and "pgq.master" in line
+    ][-3:]
     return figures
 
 
@@ -231,6 +241,9 @@ def main() -> int:
             f"at most {figures['longest_turn_during_purge_at_most']} s"
         )
         print(f"longest turn since start: {figures['longest_turn_since_start'] * 1000:.1f} ms")
+        print(
+            f"turns over 50 ms, by the step that took longest: {figures['turns_over_50ms_by_step']}"
+        )
     print(json.dumps(figures))
     return 0
 
