@@ -21,6 +21,8 @@ import pytest
 from psycopg import conninfo
 
 from supervisor.config import Config, MetricsConfig, parse_config
+from supervisor.observability.exposition import render
+from supervisor.observability.families import master_families
 from supervisor.observability.metrics import MetricsServer
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import dsn as dsn_module
@@ -28,7 +30,9 @@ from supervisor.queue import maintenance
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.metrics_feed import QueueStatsRefresh
 from supervisor.runtime.purge import DROP_RETRY_AFTER, Purger
+from supervisor.runtime.services import Rescuer
 from tests.commands import ROOT
+from tests.promtext import parse
 
 CONFIG = """
 handlers: {noop: tests.handlers:noop}
@@ -63,6 +67,11 @@ def _old_dead_letters(conn: psycopg.Connection[Any], count: int) -> None:
         " FROM generate_series(1, %s)",
         (count,),
     )
+
+
+def _metric(counters: MasterCounters, name: str, **labels: str) -> float:
+    """A master counter as /metrics shows it."""
+    return parse(render(master_families(counters))).value(name, **labels)
 
 
 def _count(conn: psycopg.Connection[Any], sql: str) -> int:
@@ -129,6 +138,7 @@ def test_the_nightly_purge_advances_in_slices_across_turns(
         turns += 1
     assert _count(conn, "SELECT count(*) FROM pgq.jobs") == 0
     assert host.counters.purged == 3000
+    assert _metric(host.counters, "pgq_purged_jobs_total") == 3000
     assert turns >= 3000 // 400  # no slice was larger than purge.batch
     # Done: the next run is at the next purge.at, not at the next turn.
     assert abs(purger.next_due - purger.next_run(time.monotonic())) < 5
@@ -235,3 +245,16 @@ def test_a_multi_host_dsn_finds_the_writable_server(dsn: str) -> None:
         assert db.run("write", lambda c: c.execute("SELECT 1").fetchone()) == (1,)
     finally:
         db.close()
+
+
+def test_a_rescuer_pass_is_counted_and_shown(host: Host, conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, lease_id, locked_by,"
+        " lease_until, started_at)"
+        " VALUES ('default', 'noop', '{}', 'running', 1, 1, 'gone-host:1:x',"
+        " now() - interval '1 minute', now() - interval '2 minutes')"
+    )
+    Rescuer(host, 60.0).run_once()
+    assert _metric(host.counters, "pgq_rescuer_runs_total") == 1
+    assert _metric(host.counters, "pgq_jobs_rescued_total", outcome="requeued") == 1
+    assert conn.execute("SELECT state FROM pgq.jobs").fetchone() == ("available",)

@@ -19,6 +19,7 @@ from supervisor.embedded.server import EmbeddedPostgres, available
 from supervisor.queue.queries import query as named_query
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
+from tests.lifecycle.test_metrics import free_port, scrape
 
 needs_embedded = pytest.mark.skipif(not available(), reason="needs the embedded PostgreSQL")
 
@@ -224,8 +225,10 @@ def test_hanging_handler_is_stopped_retried_then_discarded(
     supervisor: Callable[..., Supervisor], ledger: str, kind: str, args: dict[str, Any]
 ) -> None:
     (job_id,) = _enqueue(ledger, [NewJob(kind, args)])
-    sup = supervisor(HANGS).start()
+    port = free_port()
+    sup = supervisor(HANGS + f"metrics: {{port: {port}}}\n").start()
     attempts, last_error = _discarded(ledger, job_id, timeout=60)
+    assert scrape(port).value("pgq_job_timeouts_total") == 2
     assert attempts == 2
     assert "timeout of 1s" in last_error or "timed out after 1s" in last_error, last_error
     runs = _events(ledger, job_id, "started")
@@ -306,21 +309,25 @@ def test_memory_hog_is_killed_at_the_hard_limit_and_retried(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:
     (job_id,) = _enqueue(ledger, [NewJob("hog", {"megabytes": 160})])
-    sup = supervisor("""
+    port = free_port()
+    sup = supervisor(f"""
+        metrics: {{port: {port}}}
         handlers:
           hog: tests.handlers:hog
         pools:
           main:
             processes: 1
             memory_hard_limit: 96MiB
-            queues: {default: 1}
+            queues: {{default: 1}}
         jobs:
-          hog: {max_attempts: 2}
+          hog: {{max_attempts: 2}}
     """).start()
     attempts, last_error = _discarded(ledger, job_id, timeout=90)
     assert attempts == 2
     assert "above the hard limit of 96 MiB" in last_error
     assert [a for a, _ in _events(ledger, job_id, "started")] == [1, 2]
+    assert scrape(port).value("pgq_hard_memory_kills_total") == 2
+    assert scrape(port).value("pgq_child_recycles_total", pool="main", kind="hard") == 2
     assert sup.stop() == 0
 
 
