@@ -56,28 +56,26 @@ class PurgeRun:
             self.stages += [self._partitions_ahead, self._old_partitions, self._history_default]
 
     def step(self) -> float | None:
-        """Run the current stage once; returns the pause before the next step, None when done."""
-        while self.stages:
-            pause = self.stages[0]()
-            if pause is not None:
-                return pause
-            self.stages.pop(0)  # this stage is done: go on to the next in the same turn
-        return None
+        """Run the current stage once; returns the pause before the next step, None when done.
+        One stage call per turn, even when a stage ends: the next may wait on a lock."""
+        if not self.stages:
+            return None
+        pause = self.stages[0]()
+        if pause is not None:
+            return pause
+        self.stages.pop(0)
+        return 0.0 if self.stages else None
 
     # -- stages: each returns a pause to come back after, or None when it has finished --------
 
     def _dead_letters(self) -> float | None:
-        deleted = self._slice(
+        return self._sliced(
             "purge of dead letters",
             lambda conn, limit: maintenance.purge_discarded_slice(
                 conn, self.dead_before, limit=limit
             ),
+            counted=True,
         )
-        if deleted is None:
-            return STEP_RETRY_AFTER
-        self.purged += deleted
-        self.host.counters.purged += deleted
-        return 0.0 if deleted >= self.limit_used else None
 
     def _partitions_ahead(self) -> float | None:
         # Not worth waiting for: they were made days ahead, and rows of a day without one land
@@ -117,14 +115,28 @@ class PurgeRun:
             return -1
 
     def _history_default(self) -> float | None:
-        deleted = self._slice(
+        return self._sliced(
             "purge of old history",
             lambda conn, limit: maintenance.purge_history_default_slice(
                 conn, self.history_before, limit=limit
             ),
         )
+
+    def _sliced(
+        self,
+        what: str,
+        delete: Callable[[psycopg.Connection[Any], int], int],
+        *,
+        counted: bool = False,
+    ) -> float | None:
+        """One slice of a stage that deletes rows: again at the next turn while slices come
+        back full, done when one comes back short."""
+        deleted = self._slice(what, delete)
         if deleted is None:
             return STEP_RETRY_AFTER
+        if counted:  # dead letters, shown as pgq_purged_jobs_total as they go
+            self.purged += deleted
+            self.host.counters.purged += deleted
         return 0.0 if deleted >= self.limit_used else None
 
     def _slice(

@@ -182,7 +182,10 @@ def test_a_busy_history_table_makes_the_partition_drop_give_up_at_once(
         assert time.monotonic() - started < 5
         # The purge's own step: it says to try again later instead of failing.
         purger = Purger(host)
-        purger.run(time.monotonic())
+        for _ in range(5):  # a stage per turn: dead letters, partitions ahead, old ones
+            purger.run(time.monotonic())
+            if purger.pause == DROP_RETRY_AFTER:
+                break
         assert purger.running and purger.pause == DROP_RETRY_AFTER
         completer.rollback()
     assert maintenance.drop_history_partition(conn, later) == 1
