@@ -292,7 +292,7 @@ def test_silent_clients_are_dropped_and_never_block_the_loop(
     try:
         started = time.monotonic()
         assert get(server, "/livez")[0] == 200
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.0  # generous: the real figure is a benchmark's
         assert len(server.connections) <= 4
         # Every silent connection is closed: pushed out by newer ones, or timed out.
         for sock in [*silent, half]:
@@ -311,12 +311,16 @@ def test_a_client_that_does_not_read_its_response_does_not_block(
     monkeypatch.setattr(server, "exposition", lambda: big)
     with socket.create_connection(server.address, timeout=5) as lazy:
         lazy.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-        time.sleep(0.3)  # not reading yet: the response is still pending on the server's side
+        # Not reading yet: wait until the response is pending on the server's side.
+        deadline = time.monotonic() + 10
+        while not any(c.outgoing for c in list(server.connections.values())):
+            assert time.monotonic() < deadline, "the server never started answering"
+            time.sleep(0.01)
         assert server.filenos() == [server.listener.fileno(), lazy_fd(server)]  # type: ignore[union-attr]
         assert get(server, "/livez")[0] == 200
         response = read_all(lazy)
     assert response.endswith(b"\r\n\r\n" + big.encode())
-    assert loop.longest_turn < 0.5
+    assert loop.longest_turn < 2.0  # a 64 MiB write in one go would take far longer here
 
 
 def lazy_fd(server: MetricsServer) -> int:
