@@ -22,7 +22,7 @@ SELECT EXISTS (
 SELECT count(*)
 FROM pgq.jobs
 WHERE queue = ANY(%(queues)s::text[])
-  AND state IN ('available', 'running');
+  AND state IN ('available', 'scheduled', 'running');
 
 -- name: database_now
 -- The database's clock, which stamps created_at and finished_at.
@@ -37,8 +37,8 @@ SELECT
     queue,
     state,
     count(*) AS jobs,
-    coalesce(sum(CASE WHEN state = 'available' THEN attempts ELSE greatest(attempts - 1, 0) END),
-             0) AS failed,
+    coalesce(sum(CASE WHEN state IN ('available', 'scheduled') THEN attempts
+                      ELSE greatest(attempts - 1, 0) END), 0) AS failed,
     max(finished_at) AS last_finished
 FROM pgq.jobs
 WHERE id = ANY(%(ids)s::bigint[])
@@ -71,8 +71,9 @@ ORDER BY finished_at, id
 LIMIT %(limit)s;
 
 -- name: withdraw
--- Deletes the demo's jobs that have not started, when it stops early (Ctrl-C, timeout): they
--- would otherwise run at the next start, their webhooks aimed at a receiver long gone.
+-- Deletes the demo's jobs that are waiting (due now, or scheduled: a retry's backoff), when it
+-- stops early (Ctrl-C, timeout): they would otherwise run at the next start, their webhooks
+-- aimed at a receiver long gone.
 DELETE FROM pgq.jobs
 WHERE id = ANY(%(ids)s::bigint[])
-  AND state = 'available';
+  AND state IN ('available', 'scheduled');
