@@ -446,7 +446,7 @@ WHERE m.id NOT IN (SELECT id FROM replayable);
 SELECT pgq.ensure_history_partitions(now(), %(days_ahead)s);
 
 -- name: drop_history
--- Drops history partitions whose day ended before %(older_than)s.
+-- Drops the oldest history partition whose day ended before %(older_than)s (0 or 1 dropped).
 SELECT pgq.drop_history_partitions(%(older_than)s);
 
 -- name: purge_history_default
@@ -723,6 +723,11 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- Sent without waiting for it (the master's loop must not block), on a connection of its own.
 -- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.
 VACUUM (SKIP_LOCKED) pgq.jobs;
+
+-- name: session_timeouts
+-- The master's sessions: no statement of its loop may hold it for long (see runtime/database.py).
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false);
 
 -- name: cancel_jobs
 -- Cancels the jobs %(ids)s. A waiting job (available, or scheduled for later) becomes

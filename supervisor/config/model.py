@@ -48,7 +48,10 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class DatabaseConfig:
-    dsn: str | None = None  # None: run on the embedded Postgres server
+    dsn: str | None = None  # None: PGQ_DSN or --dsn, or the embedded server if opted in
+    # Start an embedded PostgreSQL when no DSN is given. Only by choice: a production host
+    # whose environment lost PGQ_DSN must refuse to start, not run on an empty local database.
+    embedded: bool = False
     embedded_dir: str = ".pgq"  # data folder of the embedded server, relative to the cwd
     auto_migrate: bool = True
     connect_timeout: float = 5.0

@@ -87,7 +87,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
     handlers, kinds = _handlers(top)
     return Config(
         path=source,
-        database=_database(top.section("database", "dsn, embedded_dir, auto_migrate...")),
+        database=_database(top.section("database", "dsn, embedded, embedded_dir, auto_migrate...")),
         handlers=handlers,
         pools=_pools(top),
         jobs=_jobs(top, kinds),
@@ -147,9 +147,14 @@ def _handlers(top: Section) -> tuple[dict[str, str], list[str]]:
 
 
 def _database(s: Section) -> DatabaseConfig:
-    s.only("dsn", "embedded_dir", "auto_migrate", "connect_timeout")
+    s.only("dsn", "embedded", "embedded_dir", "auto_migrate", "connect_timeout")
+    dsn = s.get("dsn", _dsn, None)
+    embedded = s.get("embedded", boolean, False)
+    if dsn is not None and embedded:
+        s.report("embedded", "cannot be true with database.dsn set: choose one")
     return DatabaseConfig(
-        dsn=s.get("dsn", _dsn, None),
+        dsn=dsn,
+        embedded=embedded,
         embedded_dir=s.get("embedded_dir", text(max_chars=4096), ".pgq"),
         auto_migrate=s.get("auto_migrate", boolean, True),
         connect_timeout=s.get("connect_timeout", duration(MAX_TIMEOUT), 5.0),
@@ -159,9 +164,9 @@ def _database(s: Section) -> DatabaseConfig:
 def _dsn(reader: Reader, node: Node) -> str:
     value = reader.text(node, "a connection string")
     # An empty dsn (often an unset variable) must not quietly fall back to a throwaway
-    # embedded database in production: only a missing key means "embedded".
+    # embedded database in production.
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise Bad("is empty; remove the key to run on the embedded server")
+        raise Bad("is empty (an unset variable?); give a connection string or remove the key")
     if not isinstance(value, str):
         raise Bad("must be a connection string like postgresql://user@host/dbname")
     return value

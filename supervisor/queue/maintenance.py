@@ -121,6 +121,24 @@ def rescue(
         unlock(conn, locks.RESCUE)
 
 
+def purge_discarded_slice(
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    limit: int = PURGE_BATCH,
+    kind: str | None = None,
+    queue: str | None = None,
+) -> int:
+    """Delete up to ``limit`` dead letters and cancelled jobs that finished before
+    ``older_than``; returns how many.
+
+    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any. Fewer than
+    ``limit`` deleted means none are left.
+    """
+    params = {"older_than": older_than, "limit": limit, "kind": kind, "queue": queue}
+    return conn.execute(query("purge_discarded"), params).rowcount
+
+
 def purge_discarded(
     conn: psycopg.Connection[Any],
     older_than: datetime,
@@ -129,15 +147,11 @@ def purge_discarded(
     kind: str | None = None,
     queue: str | None = None,
 ) -> int:
-    """Delete dead letters and cancelled jobs that finished before ``older_than``, in batches;
-    returns how many.
-
-    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any.
-    """
-    params = {"older_than": older_than, "limit": batch, "kind": kind, "queue": queue}
+    """Delete dead letters and cancelled jobs that finished before ``older_than``, in slices
+    of ``batch``; returns how many. ``kind`` and ``queue`` narrow it; None means any."""
     total = 0
     while True:
-        deleted = conn.execute(query("purge_discarded"), params).rowcount
+        deleted = purge_discarded_slice(conn, older_than, limit=batch, kind=kind, queue=queue)
         total += deleted
         if deleted < batch:
             return total
@@ -148,18 +162,31 @@ def ensure_history_partitions(conn: psycopg.Connection[Any], days_ahead: int = 2
     return int(row[0]) if row else 0
 
 
+def drop_history_partition(conn: psycopg.Connection[Any], older_than: datetime) -> int:
+    """Drop the oldest daily history partition that ended before ``older_than``; returns 1, or
+    0 when none is left. Raises ``psycopg.errors.LockNotAvailable`` when completions kept the
+    table busy for the function's lock timeout: try again later."""
+    row = conn.execute(query("drop_history"), {"older_than": older_than}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def purge_history_default_slice(
+    conn: psycopg.Connection[Any], older_than: datetime, *, limit: int = PURGE_BATCH
+) -> int:
+    """Delete up to ``limit`` old rows of the default history partition; returns how many."""
+    params = {"older_than": older_than, "limit": limit}
+    return conn.execute(query("purge_history_default"), params).rowcount
+
+
 def purge_history(
     conn: psycopg.Connection[Any], older_than: datetime, *, batch: int = PURGE_BATCH
 ) -> int:
-    """Drop whole daily partitions older than ``older_than``; trim the default partition."""
-    row = conn.execute(query("drop_history"), {"older_than": older_than}).fetchone()
-    dropped = int(row[0]) if row else 0
-    while (
-        conn.execute(
-            query("purge_history_default"), {"older_than": older_than, "limit": batch}
-        ).rowcount
-        >= batch
-    ):
+    """Drop every daily partition older than ``older_than`` and trim the default partition, all
+    at once; returns the partitions dropped. (The supervisor's purge does this in slices.)"""
+    dropped = 0
+    while drop_history_partition(conn, older_than):
+        dropped += 1
+    while purge_history_default_slice(conn, older_than, limit=batch) >= batch:
         pass
     return dropped
 
@@ -260,7 +287,17 @@ class QueueStats:
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
     """Per queue figures; a paused queue is listed even when it holds no jobs."""
+    return queue_stats_from_rows(conn.execute(query("queue_stats")).fetchall())
+
+
+def queue_stats_from_rows(rows: Sequence[Sequence[Any]]) -> list[QueueStats]:
+    """The rows of the queue_stats query, typed or as text (read without waiting for them)."""
     return [
-        QueueStats(q, int(a), int(s), int(r), int(d), float(age), int(c), bool(paused))
-        for q, a, s, r, d, c, age, paused in conn.execute(query("queue_stats")).fetchall()
+        QueueStats(str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused))
+        for q, a, s, r, d, c, age, paused in rows
     ]
+
+
+def _bool(value: Any) -> bool:
+    """A boolean column, typed or as the server's text ('t' or 'f')."""
+    return value in (True, "t") if isinstance(value, str | bool) else bool(value)

@@ -1,9 +1,14 @@
 """The master's own database session: one connection, reconnected behind the loop's back.
 
-The master must never die because the database did. Every use goes through ``run``, which
-returns None instead of raising when the database is unreachable or a statement fails; the
-caller treats None as "did not happen, try again later". Reconnects back off so a dead database
-costs the loop one connect attempt every few seconds, not one per tick.
+The master must never die because the database did, nor wait on it for long. Every use goes
+through ``run``, which returns None instead of raising when the database is unreachable or a
+statement fails; the caller treats None as "did not happen, try again later". Reconnects back
+off so a dead database costs the loop one connect attempt every few seconds, not one per tick.
+
+Every session gets a statement and lock timeout: the master's statements take milliseconds, and
+one that waits longer (a lock held by someone else, a server in trouble) is cut short instead
+of holding up lease renewal, reaping and signals. A session the server made read-only (a
+failover demoted it) or ended is dropped and reopened, like a broken one.
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from supervisor.queue.dsn import DatabaseError, connect, describe
+from supervisor.queue.dsn import DatabaseError, connect, describe, session_lost
+from supervisor.queue.queries import query
 
 log = logging.getLogger("pgq.master")
 
 T = TypeVar("T")
 RETRY_FIRST = 0.5
 RETRY_CAP = 10.0
+# Backstops, far above what the master's statements take (milliseconds): a statement past them
+# is cancelled by the server and retried by its service at its next turn.
+STATEMENT_TIMEOUT = "5s"
+LOCK_TIMEOUT = "1s"
 
 
 class MasterDatabase:
@@ -64,6 +74,10 @@ class MasterDatabase:
                 application_name=f"pgq-supervisor {self.name}",
                 connect_timeout=self.connect_timeout,
             )
+            self.conn.execute(
+                query("session_timeouts"),
+                {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT},
+            )
             if self.on_connect is not None:
                 self.on_connect(self.conn)
         except (DatabaseError, psycopg.Error) as exc:
@@ -95,18 +109,23 @@ class MasterDatabase:
             return None
         try:
             result = fn(conn)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not session_lost(exc):
+                self._failed(conn, what, exc)
+                return None
             self.close()
             self._down(f"{what}: {exc}".strip())
             return None
-        except psycopg.Error as exc:
-            log.error("%s failed: %s", what, exc)
-            with contextlib.suppress(psycopg.Error):
-                if not conn.autocommit:
-                    conn.rollback()
-            return None
         self.reachable = True
         return result
+
+    def _failed(self, conn: psycopg.Connection[Any], what: str, exc: psycopg.Error) -> None:
+        """A statement failed on a session that is still good: say so, and leave the session
+        clean for the next one."""
+        log.error("%s failed: %s", what, str(exc).strip())
+        with contextlib.suppress(psycopg.Error):
+            if not conn.autocommit:
+                conn.rollback()
 
     def close(self) -> None:
         if self.conn is not None:

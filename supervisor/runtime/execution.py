@@ -21,6 +21,7 @@ import psycopg
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
+from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
 from supervisor.runtime.board import Board, Counter
 
@@ -142,7 +143,7 @@ class Results:
             else:
                 settled, claimed = None, claim(conn, done)
             result = jobs_api.read_claim(claimed, done)
-        except psycopg.OperationalError:
+        except RECONNECT_ERRORS:
             raise
         except psycopg.Error:
             self._write_one_by_one(conn, board, pool, history)
@@ -181,7 +182,7 @@ class Results:
                         result = jobs_api.settle(conn, [settlement], history=history)
                         _tally(board, pool, None, [settlement], result)
                         self._announce([settlement])
-                except psycopg.OperationalError:
+                except RECONNECT_ERRORS:
                     raise
                 except psycopg.Error as exc:
                     refused.append((job, settlement, exc))

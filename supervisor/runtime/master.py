@@ -27,13 +27,14 @@ from supervisor.runtime.board import State
 from supervisor.runtime.children import HOSTNAME, Child, Slot, spawn
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
+from supervisor.runtime.pending import Readable
+from supervisor.runtime.purge import Purger
 from supervisor.runtime.scheduler import Scheduler
 from supervisor.runtime.services import (
     CancelWatch,
     LeaseRenewal,
     MemoryWatch,
     PendingRequeue,
-    Purger,
     Registry,
     Requeuer,
     Rescuer,
@@ -55,6 +56,9 @@ KILL_GRACE = 5.0
 # Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
 BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
+# A turn of the loop busy this long is logged: everything the master does waited behind it.
+SLOW_TURN = 1.0
+NOTABLE_TURN = 0.05  # logged at debug level, with the step that took longest
 # Jobs were scheduled for later: the stager reads the earliest run_at again.
 SCHEDULED_CHANNEL = "pgq_scheduled"
 # How often the master looks for cancel requests on its children's jobs: a cancelled running
@@ -111,10 +115,13 @@ class Master:
         self.exit_code = MasterExit.OK
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
+        self.purger = Purger(self)
         self.vacuum = QueueVacuum(self, self.selector)
         self.stager = Stager(self)
         self.services: list[Service] = []
+        self.metrics_services: list[Service] = []
         self.title = ""
+        self.waited = 0.0  # seconds the current step spent waiting in select
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -140,12 +147,31 @@ class Master:
             self.update_title,
             self.sleep,
         ]
+        self.waited = 0.0
+        busy, slowest, slowest_took = 0.0, "", 0.0
         for step in steps:
+            started = time.monotonic()
             try:
                 step()
             except Exception:
                 log.exception("master: %s failed; carrying on", step.__name__)
                 time.sleep(0.1)  # never spin on a step that keeps failing
+            took = time.monotonic() - started - self.waited
+            self.waited = 0.0
+            busy += took
+            if took > slowest_took:
+                slowest, slowest_took = step.__name__, took
+        self.counters.turn(busy)
+        if busy >= NOTABLE_TURN:
+            log.debug("master: a turn took %.3fs (%s: %.3fs)", busy, slowest, slowest_took)
+        if busy >= SLOW_TURN:
+            log.warning(
+                "master: one turn of the loop took %.2fs (%s: %.2fs); lease renewal, reaping "
+                "and signals waited that long",
+                busy,
+                slowest,
+                slowest_took,
+            )
 
     def start(self) -> None:
         self.update_title()
@@ -163,7 +189,11 @@ class Master:
             signal.signal(signum, _record_only)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signals")
         if self.metrics is not None:
+            from supervisor.runtime.metrics_feed import metrics_services
+
             self.metrics.attach(self.metrics_view, self.selector)
+            # Made once: a reload must not orphan a count in flight on the stats session.
+            self.metrics_services = metrics_services(self, self.metrics, self.selector)
         self.build_services()
         for name, pool in self.config.pools.items():
             self.pools[name] = self.new_pool_runtime(pool)
@@ -177,12 +207,12 @@ class Master:
 
     def build_services(self) -> None:
         config = self.config
-        purger = Purger(self, 86400.0)
-        purger.next_due = purger.next_run(time.monotonic())  # at purge.at, not at start
+        if not self.purger.running:  # purge.at may have changed; a run in progress goes on
+            self.purger.next_due = self.purger.next_run(time.monotonic())
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
             Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
-            purger,
+            self.purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
             CancelWatch(self, CANCEL_CHECK_EVERY),
@@ -194,10 +224,7 @@ class Master:
         self.vacuum.configure(config.vacuum)
         if config.vacuum.enabled:
             self.services.append(self.vacuum)
-        if self.metrics is not None:
-            from supervisor.runtime.metrics_feed import metrics_services
-
-            self.services.extend(metrics_services(self, self.metrics))
+        self.services.extend(self.metrics_services)
         if config.history.enabled:
             from supervisor.queue.maintenance import ensure_history_partitions
 
@@ -243,13 +270,17 @@ class Master:
         children = tuple(ChildView(c.pool, c.board, c.ready()) for c in self.children.values())
         return MasterView(pools, children, self.counters, self.db.reachable, self.stopping)
 
+    def side_sessions(self) -> list[Readable]:
+        """The master's connections that carry statements it does not wait for."""
+        return [self.vacuum, *(s for s in self.metrics_services if isinstance(s, Readable))]
+
     def inherited_fds(self) -> list[int]:
         """Descriptors a new child must close at once: nothing of the master's may be used
         (or closed through libpq) on the child's side of the fork."""
         fds = [self._signal_r, self._signal_w]
         with contextlib.suppress(Exception):
             fds.append(self.selector.fileno())  # type: ignore[attr-defined]
-        for db in (self.db, self.listener, self.vacuum):
+        for db in (self.db, self.listener, *self.side_sessions()):
             fd = db.fileno()
             if fd is not None:
                 fds.append(fd)
@@ -626,7 +657,8 @@ class Master:
         from supervisor.runtime import registry
 
         self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
-        self.vacuum.close()
+        for session in self.side_sessions():
+            session.close()
         self.db.close()
         self.listener.close()
         if self.metrics is not None:
@@ -657,7 +689,10 @@ class Master:
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)
         timeout = min(1.0, max(0.0, min(wake_at, default=now + 1.0) - now))
-        for key, _ in self.selector.select(timeout):
+        started = time.monotonic()
+        ready = self.selector.select(timeout)
+        self.waited = time.monotonic() - started  # not busy: the turn's time excludes it
+        for key, _ in ready:
             data: Any = key.data
             if data == "signals":
                 continue  # read at the top of the next turn
@@ -665,8 +700,8 @@ class Master:
                 self.read_notifications()
             elif isinstance(data, Child):
                 self.read_child_report(data)
-            elif data is self.vacuum:
-                self.vacuum.on_readable()
+            elif isinstance(data, Readable):
+                data.on_readable()
             elif self.metrics is not None:
                 self.metrics.handle(key)
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
 from supervisor.observability.view import MasterCounters
-from supervisor.queue import control, locks, maintenance
+from supervisor.queue import control, maintenance
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
@@ -90,7 +89,7 @@ class LeaseRenewal(Service):
             )
 
 
-def _claim_singleton_run(
+def claim_singleton_run(
     conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
 ) -> bool:
     row = conn.execute(
@@ -134,60 +133,11 @@ class Rescuer(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once per interval across every supervisor on the database, not once per host."""
-        if not _claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+        if not claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
             return False
         self.host.counters.rescuer_runs += 1
         log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
         return True
-
-
-class Purger(Service):
-    """Once a day at purge.at (local time): deletes old dead letters in bounded batches and
-    drops history partitions past their keep; creates the coming days' partitions."""
-
-    name = "purge"
-
-    def next_run(self, now: float) -> float:
-        at = self.host.config.purge.at
-        local_now = datetime.now().astimezone()
-        target = local_now.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
-        if target <= local_now:
-            target += timedelta(days=1)
-        return now + (target - local_now).total_seconds()
-
-    def run_once(self) -> None:
-        purged = self.host.db.run("purge", self._purge)
-        if purged:
-            self.host.counters.purged += purged
-            log.info(
-                "purge: deleted %d dead letters older than %s",
-                purged,
-                timedelta(seconds=self.host.config.purge.discarded_after),
-            )
-
-    def _purge(self, conn: psycopg.Connection[Any]) -> int:
-        config = self.host.config
-        if not maintenance.try_lock(conn, locks.PURGE):
-            return 0
-        try:
-            if not _claim_singleton_run(conn, "purge", self.host.supervisor_id, 3600.0):
-                return 0
-            now = datetime.now(timezone.utc)
-            purged = maintenance.purge_discarded(
-                conn,
-                now - timedelta(seconds=config.purge.discarded_after),
-                batch=config.purge.batch,
-            )
-            if config.history.enabled:
-                maintenance.ensure_history_partitions(conn)
-                dropped = maintenance.purge_history(
-                    conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch
-                )
-                if dropped:
-                    log.info("purge: dropped %d history partitions", dropped)
-            return purged
-        finally:
-            maintenance.unlock(conn, locks.PURGE)
 
 
 class MemoryWatch(Service):

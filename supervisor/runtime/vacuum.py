@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import selectors
 import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import pq
 
 from supervisor.config import VacuumConfig
 from supervisor.queue import locks, maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
+from supervisor.runtime.pending import PendingStatement, Readable
 from supervisor.runtime.services import Service
 
 if TYPE_CHECKING:
@@ -40,48 +39,7 @@ log = logging.getLogger("pgq.master")
 MAINTAIN_PRIVILEGE_SINCE = 170000  # PostgreSQL 17 added GRANT MAINTAIN
 
 
-class PendingStatement:
-    """One statement sent on a connection without waiting for its result.
-
-    Making one sends the statement and returns at once; whenever the connection's socket is
-    readable, ``poll`` takes in what arrived and returns True once the statement has finished
-    (``error`` then says whether it failed). Nothing here waits for the server.
-    """
-
-    def __init__(self, conn: psycopg.Connection[Any], statement: str) -> None:
-        self.conn = conn
-        self.error: str | None = None
-        self.warnings: list[str] = []
-        conn.add_notice_handler(self._notice)
-        conn.pgconn.send_query(statement.encode())
-        while conn.pgconn.flush():  # a few bytes: a full socket buffer would be a surprise
-            select.select([], [conn.pgconn.socket], [], 1.0)
-
-    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
-        if diagnostic.severity in ("WARNING", "ERROR") and diagnostic.message_primary:
-            self.warnings.append(diagnostic.message_primary)
-
-    def fileno(self) -> int:
-        return self.conn.pgconn.socket
-
-    def poll(self) -> bool:
-        pgconn = self.conn.pgconn
-        try:
-            pgconn.consume_input()
-        except psycopg.OperationalError as exc:
-            self.error = str(exc).strip() or "the connection was lost"
-            return True
-        while not pgconn.is_busy():
-            result = pgconn.get_result()
-            if result is None:
-                return True
-            if result.status == pq.ExecStatus.FATAL_ERROR:
-                message = result.error_message
-                self.error = (message.decode(errors="replace") if message else "").strip()
-        return False
-
-
-class QueueVacuum(Service):
+class QueueVacuum(Service, Readable):
     """Vacuums pgq.jobs when dead rows pile up, without blocking the master's loop."""
 
     name = "vacuum"

@@ -32,7 +32,7 @@ import psycopg
 
 from supervisor.queue import control, maintenance, outcomes
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.dsn import DatabaseError, connect
+from supervisor.queue.dsn import RECONNECT_ERRORS, DatabaseError, connect
 from supervisor.queue.jobs import Job
 from supervisor.runtime import memory
 from supervisor.runtime.board import Board, Counter, State
@@ -413,7 +413,7 @@ class Worker:
                     )
                 else:
                     jobs = jobs_api.read_claim(send(self.conn, queue, ())).jobs
-            except psycopg.OperationalError as exc:
+            except RECONNECT_ERRORS as exc:
                 log.warning(
                     "%s#%s: claim from queue %s failed: %s",
                     self.pool.name,
@@ -457,7 +457,7 @@ class Worker:
                     self.conn, self.board, self.pool.name, self.spec.config.history.enabled
                 )
                 return
-            except psycopg.OperationalError as exc:
+            except RECONNECT_ERRORS as exc:
                 log.warning(
                     "%s#%s: cannot record the outcome of %d jobs: %s; retrying",
                     self.pool.name,

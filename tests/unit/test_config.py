@@ -157,7 +157,7 @@ def test_full_config_parses_to_the_expected_dataclasses() -> None:
 
 def test_minimal_config_gets_the_documented_defaults() -> None:
     config = parse(MINIMAL)
-    assert config.database == DatabaseConfig(None, ".pgq", True, 5.0)
+    assert config.database == DatabaseConfig(None, False, ".pgq", True, 5.0)
     assert config.pools == {"pdf": PoolConfig("pdf", {"pdf": 1}, 1, 1, 1, None, None, None, 1.0)}
     assert config.jobs == {}
     assert config.shutdown_timeout == 30.0
