@@ -1,0 +1,234 @@
+"""What the dashboard's pages show, read on async connections with bounded, index-served queries.
+
+Nothing here counts a whole table: queues are found by a loose index scan, waiting jobs are
+counted up to ``CAP`` (past it a figure is a lower bound, flagged ``capped``), running jobs come
+from the small jobs_lease index, dead letters from the newest ``CAP`` of jobs_discarded. The
+queries live in sql/dashboard.sql. Each page reads in one read-only REPEATABLE READ transaction,
+so its figures agree with each other and every age is measured on the server's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
+from supervisor.config import Config, PoolConfig
+from supervisor.queue.queries import parse, query, sql_text
+
+# Counting stops here: "10,000+" is all an operator needs to know about a backlog, and it keeps
+# a page's cost flat whatever the table holds.
+CAP = 10_000
+# At most this many queues on the overview (found by a loose index scan, one probe each).
+MAX_QUEUES = 500
+# A queue page or dead-letter page reads at most this many index entries before filtering, so a
+# filter that matches little cannot turn into a scan of the whole backlog.
+SCAN = 10_000
+PAGE_SIZE = 50
+STATES = ("available", "running", "discarded")
+# The overview's chart: one bar per minute over the last hour.
+MINUTES = 60
+
+
+@cache
+def dashboard_query(name: str) -> str:
+    queries = parse(sql_text("dashboard.sql"))
+    try:
+        return queries[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in sql/dashboard.sql") from None
+
+
+@asynccontextmanager
+async def snapshot(pool: AsyncConnectionPool[Any]) -> AsyncIterator[AsyncConnection[Any]]:
+    """A pooled connection inside one read-only REPEATABLE READ transaction."""
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield conn
+
+
+async def _rows(conn: AsyncConnection[Any], sql: str, params: Any = None) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchall()
+
+
+async def server_now(conn: AsyncConnection[Any]) -> datetime:
+    rows = await _rows(conn, query("clock"))
+    moment: datetime = rows[0]["now"]
+    return moment
+
+
+@dataclass
+class QueueFigures:
+    """One overview row: the same figures as `status`, with what is a lower bound."""
+
+    row: QueueRow
+    waiting_capped: bool = False
+    running_capped: bool = False
+    discarded_capped: bool = False
+    # Jobs finished per minute, oldest minute first: {"completed": [...], "discarded": [...]}.
+    per_minute: dict[str, list[int]] = field(
+        default_factory=lambda: {"completed": [0] * MINUTES, "discarded": [0] * MINUTES}
+    )
+
+    @property
+    def name(self) -> str:
+        return self.row.queue
+
+    @property
+    def finished_last_hour(self) -> dict[str, int]:
+        return {outcome: sum(counts) for outcome, counts in self.per_minute.items()}
+
+
+@dataclass
+class Overview:
+    now: datetime
+    queues: list[QueueFigures]
+    pools: list[PoolConfig] | None
+    supervisors: list[SupervisorView]
+    attention: list[str]
+    history: bool
+
+
+async def overview(
+    pool: AsyncConnectionPool[Any], config: Config | None, database: str
+) -> Overview:
+    async with snapshot(pool) as conn:
+        now = await server_now(conn)
+        figures: dict[str, QueueFigures] = {}
+
+        def queue(name: str) -> QueueFigures:
+            return figures.setdefault(name, QueueFigures(QueueRow(name)))
+
+        if config is not None:
+            for p in config.pools.values():
+                for name in p.queues:
+                    queue(name).row.pools.append(p.name)
+        for r in await _rows(conn, dashboard_query("web_queues_waiting"), {"limit": MAX_QUEUES}):
+            queue(r["queue"])
+        for r in await _rows(conn, dashboard_query("web_running"), {"cap": CAP}):
+            q = queue(r["queue"])
+            q.row.running, q.running_capped = int(r["running"]), int(r["seen"]) > CAP
+        for r in await _rows(conn, dashboard_query("web_discarded"), {"cap": CAP}):
+            q = queue(r["queue"])
+            q.row.discarded, q.discarded_capped = int(r["discarded"]), int(r["seen"]) > CAP
+        params = {"queues": sorted(figures), "cap": CAP}
+        for r in await _rows(conn, dashboard_query("web_waiting"), params):
+            q = queue(r["queue"])
+            q.row.available, q.row.scheduled = int(r["due"]), int(r["later"])
+            q.waiting_capped = bool(r["capped"])
+            q.row.oldest_ready_age = r["oldest_wait"]
+        for r in await _rows(conn, dashboard_query("web_throughput")):
+            minute = MINUTES - 1 - int(r["ago"] // 60)
+            if 0 <= minute < MINUTES and r["outcome"] in ("completed", "discarded"):
+                queue(r["queue"]).per_minute[r["outcome"]][minute] += int(r["jobs"])
+        supervisors = await read_supervisors(conn)
+    queues = [figures[name] for name in sorted(figures)]
+    status = Status(
+        generated_at=now,
+        database=database,
+        config_path=config.path if config else "",
+        history=config.history.enabled if config else True,
+        queues=[q.row for q in queues],
+        pools=list(config.pools.values()) if config else [],
+        supervisors=supervisors,
+    )
+    attention = status.warnings()
+    if config is None:
+        # Without the YAML nobody here knows which queues the pools serve.
+        attention = [w for w in attention if "no pool in" not in w]
+    return Overview(
+        now=now,
+        queues=queues,
+        pools=status.pools if config else None,
+        supervisors=supervisors,
+        attention=attention,
+        history=status.history,
+    )
+
+
+async def read_supervisors(conn: AsyncConnection[Any]) -> list[SupervisorView]:
+    async with conn.cursor() as cur:
+        await cur.execute(query("list_supervisors"))
+        supervisor_rows = await cur.fetchall()
+        await cur.execute(query("list_workers"))
+        worker_rows = await cur.fetchall()
+    return supervisors_from(supervisor_rows, worker_rows)
+
+
+async def supervisors(pool: AsyncConnectionPool[Any]) -> tuple[datetime, list[SupervisorView]]:
+    async with snapshot(pool) as conn:
+        return await server_now(conn), await read_supervisors(conn)
+
+
+@dataclass
+class JobPage:
+    now: datetime
+    queue: str
+    state: str
+    kind: str | None
+    page: int
+    jobs: list[dict[str, Any]]
+    more: bool
+
+
+async def queue_jobs(
+    pool: AsyncConnectionPool[Any], queue: str, state: str, kind: str | None, page: int
+) -> JobPage:
+    """One page of a queue's jobs in one state; ``page`` counts from 1."""
+    params = {
+        "queue": queue,
+        "kind": kind,
+        "scan": SCAN,
+        "limit": PAGE_SIZE + 1,
+        "offset": (page - 1) * PAGE_SIZE,
+    }
+    async with snapshot(pool) as conn:
+        now = await server_now(conn)
+        rows = await _rows(conn, dashboard_query(f"web_queue_{state}"), params)
+    return JobPage(now, queue, state, kind, page, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE)
+
+
+async def job(
+    pool: AsyncConnectionPool[Any], job_id: int
+) -> tuple[datetime, dict[str, Any] | None]:
+    async with snapshot(pool) as conn:
+        now = await server_now(conn)
+        rows = await _rows(conn, dashboard_query("web_job"), {"id": job_id})
+    return now, rows[0] if rows else None
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    kind: str | None = None
+    queue: str | None = None
+    older_than: float | None = None
+    after: tuple[datetime, int] | None = None
+
+
+async def dead_letters(
+    pool: AsyncConnectionPool[Any], which: DeadLetterFilter
+) -> tuple[datetime, list[dict[str, Any]], bool]:
+    """A page of dead letters, newest first, and whether there are more after it."""
+    params = {
+        "kind": which.kind,
+        "queue": which.queue,
+        "older_than": which.older_than,
+        "after_finished": which.after[0] if which.after else None,
+        "after_id": which.after[1] if which.after else None,
+        "scan": SCAN,
+        "limit": PAGE_SIZE + 1,
+    }
+    async with snapshot(pool) as conn:
+        now = await server_now(conn)
+        rows = await _rows(conn, dashboard_query("web_dead_letters"), params)
+    return now, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE
