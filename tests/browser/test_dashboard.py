@@ -1,0 +1,232 @@
+"""The dashboard in a real browser, beside a real supervisor running real jobs."""
+
+from __future__ import annotations
+
+import base64
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from supervisor import NewJob, enqueue_many
+from tests.browser.conftest import Dashboard, http_status, screenshot
+from tests.commands import run_cli
+from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
+
+pytestmark = pytest.mark.usefixtures("browser")
+
+YAML = """
+    handlers:
+      sleep: tests.handlers:sleep
+      fail_first: tests.handlers:fail_first_run
+    pools:
+      main:
+        processes: 1
+        poll_interval: 200ms
+        queues: {work: 3, mail: 1}
+    jobs:
+      fail_first: {max_attempts: 1}
+    history: {enabled: true}
+"""
+
+
+def enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        return enqueue_many(conn, jobs)
+
+
+def figure(browser: Any, queue: str, name: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    cells = browser.find_elements(
+        By.CSS_SELECTOR, f'tr[data-queue="{queue}"] td[data-figure="{name}"]'
+    )
+    return str(cells[0].text.strip()) if cells else ""
+
+
+def showing(browser: Any, expected: dict[tuple[str, str], str]) -> Callable[[], bool]:
+    return lambda: all(figure(browser, q, f) == v for (q, f), v in expected.items())
+
+
+def test_overview_shows_queues_and_counts_and_refreshes_live(
+    browser: Any,
+    dashboard: Callable[..., Dashboard],
+    supervisor: Callable[..., Supervisor],
+    ledger: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sup = supervisor(YAML).start()
+    sup.wait_children(1)
+    # Some history for the chart: quick jobs done, and dead letters.
+    enqueue(ledger, [NewJob("sleep", {}, queue=q) for q in ("work", "mail") * 10])
+    enqueue(ledger, [NewJob("fail_first", {}, queue="work", max_attempts=1) for _ in range(2)])
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state <> 'discarded'") == 0,
+        30,
+        what=f"the quick jobs\n{sup.log()}",
+    )
+    # One long job keeps the only child busy; the rest wait: 3 due and 2 for later in work,
+    # 1 due in mail, and one in a queue no pool serves.
+    (running,) = enqueue(ledger, [NewJob("sleep", {"seconds": 60}, queue="work", priority=9)])
+    wait_for(
+        lambda: scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (running,)) == "running",
+        what="the long job to start",
+    )
+    enqueue(
+        ledger,
+        [NewJob("sleep", {}, queue="work") for _ in range(3)]
+        + [NewJob("sleep", {}, queue="work", delay=3600) for _ in range(2)]
+        + [NewJob("sleep", {}, queue="mail"), NewJob("sleep", {}, queue="orphans")],
+    )
+    web = dashboard(YAML).wait_up()
+    browser.get(web.url + "/")
+    expected = {
+        ("work", "due"): "3",
+        ("work", "scheduled"): "2",
+        ("work", "running"): "1",
+        ("mail", "due"): "1",
+        ("orphans", "due"): "1",
+        ("work", "dead"): "2",
+        ("work", "completed"): "10",
+        ("work", "failed"): "2",
+    }
+    wait_for(showing(browser, expected), 20, what=f"the overview's counts\n{browser.page_source}")
+    attention = browser.find_element(By.ID, "attention").text
+    assert "queue orphans: 1 job is waiting, but no pool" in attention
+    assert "75%" in browser.find_element(By.ID, "pools").text
+    screenshot(browser, "overview")
+
+    # Live: new jobs show up without a reload (a reload would forget the marker).
+    browser.execute_script("window.pgqMarker = 'still here'")
+    enqueue(ledger, [NewJob("sleep", {}, queue="work") for _ in range(4)])
+    wait_for(showing(browser, {("work", "due"): "7"}), 20, what="the live refresh")
+    assert browser.execute_script("return window.pgqMarker") == "still here"
+
+    browser.get(web.url + "/queues/work")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")
+    assert len(rows) == 9  # 7 due and 2 for later, in claim order
+    screenshot(browser, "queue")
+
+    # The registry is written at the supervisor's heartbeat (every 5 s).
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.workers WHERE job_id = %s", (running,)),
+        20,
+        what="the supervisor's heartbeat",
+    )
+    browser.get(web.url + "/workers")
+    worker = browser.find_element(By.CSS_SELECTOR, "#supervisors tr[data-worker]").text
+    assert str(running) in worker and "sleep" in worker
+    screenshot(browser, "workers")
+
+    browser.get(web.url + f"/jobs/{running}")
+    facts = browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    assert "pool main slot 1" in facts
+    screenshot(browser, "job-running")
+
+
+def test_a_dead_letter_is_shown_replayed_with_one_click_and_runs(
+    browser: Any,
+    dashboard: Callable[..., Dashboard],
+    supervisor: Callable[..., Supervisor],
+    ledger: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sup = supervisor(YAML).start()
+    ids = enqueue(
+        ledger,
+        [NewJob("fail_first", {"invoice": n}, queue="work", max_attempts=1) for n in range(3)],
+    )
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'") == 3,
+        30,
+        what=f"three dead letters\n{sup.log()}",
+    )
+    web = dashboard(YAML).wait_up()
+    browser.get(web.url + "/dead")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#dead tr[data-job]")) == 3
+    screenshot(browser, "dead-letters")
+
+    job = ids[0]
+    browser.get(web.url + f"/jobs/{job}")
+    assert browser.find_element(By.ID, "state").text == "discarded"
+    assert (
+        f"planned failure: the first run of job {job}" in browser.find_element(By.ID, "error").text
+    )
+    assert '"invoice": 0' in browser.find_element(By.ID, "args").text
+    screenshot(browser, "job-dead")
+
+    browser.find_element(By.ID, "replay").click()
+    assert "Put dead letter" in browser.page_source
+    screenshot(browser, "confirm")
+    browser.find_element(By.ID, "confirm").click()
+    flash = wait_for(lambda: browser.find_elements(By.ID, "flash"), 10, what="the message")
+    assert f"replayed 1 dead letter ({job}) into work" in flash[0].text
+    # It runs again, succeeds this time, and is gone; the other two stay dead.
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = %s", (job,)) == 0,
+        30,
+        what=f"the replayed job to run\n{sup.log()}",
+    )
+    runs = query(ledger, "SELECT attempt FROM test_ledger WHERE job_id = %s ORDER BY at", (job,))
+    assert runs == [(1,), (1,)]
+    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'") == 2
+    browser.get(web.url + f"/jobs/{job}")
+    assert "not in pgq.jobs" in browser.find_element(By.ID, "message").text
+
+
+def test_a_post_without_the_forgery_token_is_refused(
+    dashboard: Callable[..., Dashboard], supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    (job,) = enqueue(ledger, [NewJob("fail_first", {}, queue="nowhere", max_attempts=1)])
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgq.jobs SET state = 'discarded', finished_at = now(), last_error = 'x'"
+        )
+    web = dashboard(YAML).wait_up()
+    url = f"{web.url}/jobs/{job}/replay"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    token = "t" * 43
+    # No token at all; a token in the form that is not the cookie's; the right pair from another
+    # site: all refused, and the dead letter stays dead.
+    assert http_status(url, form, b"") == 403
+    assert http_status(url, {**form, "Cookie": f"pgq_csrf={token}"}, b"csrf=" + b"u" * 43) == 403
+    foreign = {**form, "Cookie": f"pgq_csrf={token}", "Origin": "http://evil.example"}
+    assert http_status(url, foreign, f"csrf={token}".encode()) == 403
+    assert scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (job,)) == "discarded"
+    # The same POST with the token it was given works (so the refusals above were the token's).
+    assert (
+        http_status(url, {**form, "Cookie": f"pgq_csrf={token}"}, f"csrf={token}".encode()) == 200
+    )
+    assert scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (job,)) == "available"
+
+
+def test_with_authentication_set_a_request_without_it_gets_401(
+    dashboard: Callable[..., Dashboard], ledger: str, tmp_path: Any
+) -> None:
+    env = {"PGQ_WEB_USER": "ops", "PGQ_WEB_PASSWORD": "s3cret pass", "PGQ_WEB_TOKEN": "tok-123"}
+    web = dashboard(YAML, extra_env=env).wait_up()
+
+    def basic(user: str, password: str) -> dict[str, str]:
+        return {
+            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        }
+
+    assert http_status(web.url + "/") == 401
+    assert http_status(web.url + "/jobs/1") == 401
+    assert http_status(web.url + "/", basic("ops", "wrong")) == 401
+    assert http_status(web.url + "/", {"Authorization": "Bearer nope"}) == 401
+    assert http_status(web.url + "/", basic("ops", "s3cret pass")) == 200
+    assert http_status(web.url + "/", {"Authorization": "Bearer tok-123"}) == 200
+
+
+def test_a_non_local_address_is_refused_without_authentication(tmp_path: Any, ledger: str) -> None:
+    config = tmp_path / "q.yaml"
+    config.write_text(textwrap.dedent(YAML))
+    env = {"PATH": "/usr/bin:/bin", "PGQ_DSN": ledger}
+    done = run_cli(config, "web", "--host", "0.0.0.0", "--port", "1", env=env)
+    assert done.returncode == 2
+    assert "refusing to serve the dashboard on 0.0.0.0 without authentication" in done.stderr
