@@ -10,7 +10,23 @@ The library half, used by applications and by the supervisor alike::
 """
 
 from supervisor.queue.context import JobContext
-from supervisor.queue.enqueue import EnqueueError, NewJob, enqueue, enqueue_many
+from supervisor.queue.control import (
+    cancel,
+    list_jobs,
+    pause_queue,
+    paused_queues,
+    resume_queue,
+    retry_now,
+    show_job,
+)
+from supervisor.queue.enqueue import (
+    EnqueueError,
+    NewJob,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+)
 from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew_leases, settle
 from supervisor.queue.migrations import migrate
 from supervisor.queue.outcomes import Discard, Retry, Snooze
@@ -25,11 +41,20 @@ __all__ = [
     "NewJob",
     "Retry",
     "Snooze",
+    "cancel",
     "claim",
     "complete",
     "enqueue",
+    "enqueue_async",
     "enqueue_many",
+    "enqueue_many_async",
+    "list_jobs",
     "migrate",
+    "pause_queue",
+    "paused_queues",
     "renew_leases",
+    "resume_queue",
+    "retry_now",
     "settle",
+    "show_job",
 ]
