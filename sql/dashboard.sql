@@ -28,21 +28,18 @@ WHERE queue IS NOT NULL
 LIMIT %(limit)s;
 
 -- name: web_waiting
--- Per queue in %(queues)s: available jobs due now and due later, counted over at most %(cap)s
--- entries of jobs_claim (past the cap the figures are lower bounds and `capped` says so), and
--- the oldest due job's wait. The oldest due job is the first by run_at within some priority:
--- a loose scan over the queue's priorities reads one index entry per priority.
+-- Per queue in %(queues)s: available jobs, counted over at most %(cap)s entries of jobs_claim
+-- (past the cap the count is a lower bound and `capped` says so), and the oldest due job's wait.
+-- The oldest due job is the first by run_at within some priority: a loose scan over the queue's
+-- priorities reads one index entry per priority.
 SELECT q.queue,
-       w.due,
-       w.later,
+       least(w.seen, %(cap)s) AS due,
        w.seen > %(cap)s AS capped,
        o.oldest_wait
 FROM unnest(%(queues)s::text[]) AS q(queue)
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE s.run_at <= now()) AS due,
-           count(*) FILTER (WHERE s.run_at > now()) AS later,
-           count(*) AS seen
-    FROM (SELECT j.run_at
+    SELECT count(*) AS seen
+    FROM (SELECT 1
           FROM pgq.jobs AS j
           WHERE j.state = 'available'
             AND j.queue = q.queue
@@ -81,26 +78,37 @@ CROSS JOIN LATERAL (
     WHERE f.run_at <= now()
 ) AS o;
 
--- name: web_running
--- Running jobs per queue, from the jobs_lease index; a host holds a few per child, so the
--- %(cap)s bound is only a guard (`seen` above it means the figures are lower bounds).
-SELECT queue, count(*) AS running, sum(count(*)) OVER () AS seen
-FROM (SELECT queue
-      FROM pgq.jobs
-      WHERE state = 'running'
-      LIMIT %(cap)s + 1) AS r
-GROUP BY queue;
-
--- name: web_discarded
--- Dead letters per queue among the newest %(cap)s, from the jobs_discarded index read
--- backwards (`seen` above the cap means there are more, and the figures are lower bounds).
-SELECT queue, count(*) AS discarded, sum(count(*)) OVER () AS seen
-FROM (SELECT queue
-      FROM pgq.jobs
-      WHERE state = 'discarded'
-      ORDER BY finished_at DESC
-      LIMIT %(cap)s + 1) AS d
-GROUP BY queue;
+-- name: web_sampled_counts
+-- Jobs per state and queue for the states whose index has no queue column: each state's index
+-- is read for at most %(cap)s + 1 entries (running: jobs_lease, a few per child; scheduled:
+-- jobs_scheduled, soonest first; discarded and cancelled: newest first). `seen` above the cap
+-- means the state holds more than the cap, and its figures are lower bounds.
+SELECT state, queue, count(*) AS jobs, sum(count(*)) OVER (PARTITION BY state) AS seen
+FROM (
+    (SELECT 'running' AS state, queue
+     FROM pgq.jobs
+     WHERE state = 'running'
+     LIMIT %(cap)s + 1)
+    UNION ALL
+    (SELECT 'scheduled', queue
+     FROM pgq.jobs
+     WHERE state = 'scheduled'
+     ORDER BY run_at
+     LIMIT %(cap)s + 1)
+    UNION ALL
+    (SELECT 'discarded', queue
+     FROM pgq.jobs
+     WHERE state = 'discarded'
+     ORDER BY finished_at DESC
+     LIMIT %(cap)s + 1)
+    UNION ALL
+    (SELECT 'cancelled', queue
+     FROM pgq.jobs
+     WHERE state = 'cancelled'
+     ORDER BY finished_at DESC
+     LIMIT %(cap)s + 1)
+) AS sampled
+GROUP BY state, queue;
 
 -- name: web_throughput
 -- Completions and discards per queue and minute over the last hour, from job_history (kept only
@@ -162,20 +170,43 @@ WHERE s.queue = %(queue)s
 LIMIT %(limit)s
 OFFSET %(offset)s;
 
--- name: web_job
--- Everything about one job, and the supervisor and child that hold it while it runs.
-SELECT j.id, j.queue, j.kind, j.state, j.args, j.priority, j.attempts, j.max_attempts,
-       j.unique_key, j.last_error, j.created_at, j.run_at, j.started_at, j.finished_at,
-       j.locked_by, j.lease_until, s.host, w.pool, w.slot, w.pid, w.spawned_at
-FROM pgq.jobs AS j
-LEFT JOIN pgq.workers AS w ON w.worker_id = j.locked_by
-LEFT JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
-WHERE j.id = %(id)s;
+-- name: web_queue_scheduled
+-- One page of a queue's scheduled jobs, soonest first (the jobs_scheduled index).
+SELECT s.*
+FROM (
+    SELECT j.id, j.kind, j.priority, j.run_at, j.attempts, j.max_attempts, j.locked_by,
+           j.started_at, j.finished_at, j.last_error, j.created_at, j.queue
+    FROM pgq.jobs AS j
+    WHERE j.state = 'scheduled'
+    ORDER BY j.run_at, j.id
+    LIMIT %(scan)s
+) AS s
+WHERE s.queue = %(queue)s
+  AND (%(kind)s::text IS NULL OR s.kind = %(kind)s::text)
+LIMIT %(limit)s
+OFFSET %(offset)s;
+
+-- name: web_queue_cancelled
+-- One page of a queue's cancelled jobs, newest first (the jobs_cancelled index read backwards).
+SELECT s.*
+FROM (
+    SELECT j.id, j.kind, j.priority, j.run_at, j.attempts, j.max_attempts, j.locked_by,
+           j.started_at, j.finished_at, j.last_error, j.created_at, j.queue
+    FROM pgq.jobs AS j
+    WHERE j.state = 'cancelled'
+    ORDER BY j.finished_at DESC, j.id DESC
+    LIMIT %(scan)s
+) AS s
+WHERE s.queue = %(queue)s
+  AND (%(kind)s::text IS NULL OR s.kind = %(kind)s::text)
+LIMIT %(limit)s
+OFFSET %(offset)s;
 
 -- name: web_dead_letters
 -- One page of dead letters, newest first, after the (finished_at, id) of the previous page's
--- last row; filters are optional (null means any); %(older_than)s is in seconds. Reads the jobs_discarded index backwards and
--- stops after %(scan)s entries, so a filter that matches little cannot read every dead letter.
+-- last row; filters are optional (null means any); %(older_than)s is in seconds. Reads the
+-- jobs_discarded index backwards and stops after %(scan)s entries, so a filter that matches
+-- little cannot read every dead letter.
 SELECT s.id, s.kind, s.queue, s.attempts, s.max_attempts, s.finished_at, s.last_error
 FROM (
     SELECT j.id, j.kind, j.queue, j.attempts, j.max_attempts, j.finished_at, j.last_error

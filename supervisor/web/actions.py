@@ -16,8 +16,8 @@ import psycopg
 from starlette.concurrency import run_in_threadpool
 
 from supervisor.cli.session import server_clock
-from supervisor.cli.tables import age, listing
-from supervisor.queue import maintenance
+from supervisor.cli.tables import age, clock_time, listing
+from supervisor.queue import control, maintenance
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
 
 T = TypeVar("T")
@@ -28,8 +28,10 @@ class ActionError(Exception):
 
 
 class Actions:
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, *, history: bool = False) -> None:
         self._conninfo = conninfo
+        # Whether a cancel writes pgq.job_history, as the supervisor's own outcomes do.
+        self._history = history
 
     async def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         def work() -> T:
@@ -85,6 +87,38 @@ class Actions:
             if value
         )
         return f"purged {_jobs(deleted)}{narrowed} older than {age(older_than)}"
+
+    async def cancel(self, job_id: int) -> str:
+        done = await self._run(lambda conn: control.cancel(conn, job_id, history=self._history))
+        if done.cancelled:
+            return f"cancelled job {job_id}: it will not run"
+        if done.requested:
+            return (
+                f"asked the supervisor running job {job_id} to stop it; it ends cancelled "
+                "within about a second"
+            )
+        if done.finished:
+            return f"job {job_id} was not cancelled: it had already ended {done.finished[job_id]}"
+        return f"job {job_id} was not cancelled: there is no such job (completed or purged)"
+
+    async def retry_now(self, job_id: int) -> str:
+        done = await self._run(lambda conn: control.retry_now(conn, job_id))
+        if done is None:
+            return f"job {job_id} was not waiting (running, finished or gone): nothing to do"
+        return (
+            f"job {job_id} is due now in queue {done.queue} (it was {done.previous_state}, "
+            f"due {clock_time(done.previous_run_at)})"
+        )
+
+    async def pause(self, queue: str) -> str:
+        if await self._run(lambda conn: control.pause_queue(conn, queue)):
+            return f"paused queue {queue}: no host claims from it until it is resumed"
+        return f"queue {queue} was paused already"
+
+    async def resume(self, queue: str) -> str:
+        if await self._run(lambda conn: control.resume_queue(conn, queue)):
+            return f"resumed queue {queue}: its workers were woken"
+        return f"queue {queue} was not paused"
 
 
 def _jobs(n: int) -> str:

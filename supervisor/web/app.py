@@ -58,7 +58,7 @@ def create_app(
         pool=pool,
         config=config,
         database=describe(conninfo),
-        actions=Actions(conninfo),
+        actions=Actions(conninfo, history=bool(config and config.history.enabled)),
         templates=templates(HERE / "templates"),
     )
 
@@ -74,8 +74,9 @@ def create_app(
 
     app = Starlette(
         routes=[
-            *pages.routes(site),
+            # Actions first: /queues/NAME/pause must not be read as the page of "NAME/pause".
             *controls.routes(site),
+            *pages.routes(site),
             Mount("/static", StaticFiles(directory=HERE / "static")),
         ],
         middleware=[

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -105,7 +105,7 @@ def routes(site: Site) -> list[Route]:
             run=lambda: site.actions.replay(which, older_than=older),
         )
 
-    def purge(values: Mapping[str, Any]) -> Plan:
+    def purge_many(values: Mapping[str, Any]) -> Plan:
         kept, words = filters({k: values.get(k, "") for k in ("kind", "queue", "older_than")})
         older = duration(kept.get("older_than"), "older than")
         if older is None:
@@ -121,9 +121,61 @@ def routes(site: Site) -> list[Route]:
             danger=True,
         )
 
+    def cancel_job(values: Mapping[str, Any]) -> Plan:
+        job_id = int(values["job_id"])
+        return Plan(
+            title=f"Cancel job {job_id}",
+            question=f"Cancel job {job_id}? A waiting job will never run; a running one is "
+            "stopped by its supervisor (its process group, as on a timeout) and ends cancelled.",
+            button=f"Cancel job {job_id}",
+            back=f"/jobs/{job_id}",
+            fields={},
+            run=lambda: site.actions.cancel(job_id),
+            danger=True,
+        )
+
+    def run_now(values: Mapping[str, Any]) -> Plan:
+        job_id = int(values["job_id"])
+        return Plan(
+            title=f"Run job {job_id} now",
+            question=f"Make job {job_id} due now (its attempts are kept)?",
+            button=f"Run job {job_id} now",
+            back=f"/jobs/{job_id}",
+            fields={},
+            run=lambda: site.actions.retry_now(job_id),
+        )
+
+    def pause(values: Mapping[str, Any]) -> Plan:
+        queue = str(values["queue"])
+        return Plan(
+            title=f"Pause queue {queue}",
+            question=f"Pause queue {queue} on every host? Running jobs finish; no new job is "
+            "claimed from it until it is resumed (enqueueing still works).",
+            button=f"Pause {queue}",
+            back=f"/queues/{quote(queue, safe='')}",
+            fields={},
+            run=lambda: site.actions.pause(queue),
+            danger=True,
+        )
+
+    def resume(values: Mapping[str, Any]) -> Plan:
+        queue = str(values["queue"])
+        return Plan(
+            title=f"Resume queue {queue}",
+            question=f"Resume queue {queue}? Every host claims from it again at once.",
+            button=f"Resume {queue}",
+            back=f"/queues/{quote(queue, safe='')}",
+            fields={},
+            run=lambda: site.actions.resume(queue),
+        )
+
     both = ["GET", "POST"]
     return [
+        Route("/jobs/{job_id:int}/cancel", action(site, cancel_job), methods=both),
+        Route("/jobs/{job_id:int}/run-now", action(site, run_now), methods=both),
+        Route("/queues/{queue:path}/pause", action(site, pause), methods=both),
+        Route("/queues/{queue:path}/resume", action(site, resume), methods=both),
         Route("/jobs/{job_id:int}/replay", action(site, replay_job), methods=both),
         Route("/dead/replay", action(site, replay_many), methods=both),
-        Route("/dead/purge", action(site, purge), methods=both),
+        Route("/dead/purge", action(site, purge_many), methods=both),
     ]

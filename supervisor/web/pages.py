@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from supervisor.queue.control import STATES
 from supervisor.web import reads
 from supervisor.web.site import Site, duration
 
@@ -42,12 +43,12 @@ def routes(site: Site) -> list[Route]:
     async def queue(request: Request) -> Response:
         name = request.path_params["queue"]
         state = request.query_params.get("state", "available")
-        if state not in reads.STATES:
-            raise HTTPException(400, f"state must be one of {', '.join(reads.STATES)}")
+        if state not in STATES:
+            raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
         page = await reads.queue_jobs(
             site.pool, name, state, _text(request, "kind"), _page(request)
         )
-        return site.render(request, "queue.html", view=page, states=reads.STATES)
+        return site.render(request, "queue.html", view=page, states=STATES)
 
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -79,7 +80,7 @@ def routes(site: Site) -> list[Route]:
 
     return [
         Route("/", overview),
-        Route("/queues/{queue}", queue),
+        Route("/queues/{queue:path}", queue),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),
         Route("/workers", workers),

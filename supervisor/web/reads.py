@@ -20,9 +20,13 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
+from supervisor.cli import schedules
+from supervisor.cli.schedules import ScheduleRow
+from supervisor.cli.status_view import OUTCOMES, QueueRow, Status, SupervisorView, supervisors_from
 from supervisor.config import Config, PoolConfig
+from supervisor.queue.control import JobDetail
 from supervisor.queue.queries import parse, query, sql_text
+from supervisor.queue.scheduled import ScheduleRecord
 
 # Counting stops here: "10,000+" is all an operator needs to know about a backlog, and it keeps
 # a page's cost flat whatever the table holds.
@@ -33,7 +37,6 @@ MAX_QUEUES = 500
 # filter that matches little cannot turn into a scan of the whole backlog.
 SCAN = 10_000
 PAGE_SIZE = 50
-STATES = ("available", "running", "discarded")
 # The overview's chart: one bar per minute over the last hour.
 MINUTES = 60
 
@@ -69,15 +72,14 @@ async def server_now(conn: AsyncConnection[Any]) -> datetime:
 
 @dataclass
 class QueueFigures:
-    """One overview row: the same figures as `status`, with what is a lower bound."""
+    """One overview row: the same figures as `status`, with which of them are lower bounds."""
 
     row: QueueRow
-    waiting_capped: bool = False
-    running_capped: bool = False
-    discarded_capped: bool = False
+    # The states whose count stopped at CAP ("available", "scheduled", ...).
+    capped: set[str] = field(default_factory=set)
     # Jobs finished per minute, oldest minute first: {"completed": [...], "discarded": [...]}.
     per_minute: dict[str, list[int]] = field(
-        default_factory=lambda: {"completed": [0] * MINUTES, "discarded": [0] * MINUTES}
+        default_factory=lambda: {outcome: [0] * MINUTES for outcome in OUTCOMES}
     )
 
     @property
@@ -95,6 +97,7 @@ class Overview:
     queues: list[QueueFigures]
     pools: list[PoolConfig] | None
     supervisors: list[SupervisorView]
+    schedules: list[ScheduleRow]
     attention: list[str]
     history: bool
 
@@ -113,25 +116,31 @@ async def overview(
             for p in config.pools.values():
                 for name in p.queues:
                     queue(name).row.pools.append(p.name)
+        for r in await _rows(conn, query("paused_queues")):
+            queue(r["queue"]).row.paused = True
         for r in await _rows(conn, dashboard_query("web_queues_waiting"), {"limit": MAX_QUEUES}):
             queue(r["queue"])
-        for r in await _rows(conn, dashboard_query("web_running"), {"cap": CAP}):
+        for r in await _rows(conn, dashboard_query("web_sampled_counts"), {"cap": CAP}):
             q = queue(r["queue"])
-            q.row.running, q.running_capped = int(r["running"]), int(r["seen"]) > CAP
-        for r in await _rows(conn, dashboard_query("web_discarded"), {"cap": CAP}):
-            q = queue(r["queue"])
-            q.row.discarded, q.discarded_capped = int(r["discarded"]), int(r["seen"]) > CAP
+            setattr(q.row, r["state"], int(r["jobs"]))
+            if int(r["seen"]) > CAP:
+                q.capped.add(r["state"])
         params = {"queues": sorted(figures), "cap": CAP}
         for r in await _rows(conn, dashboard_query("web_waiting"), params):
             q = queue(r["queue"])
-            q.row.available, q.row.scheduled = int(r["due"]), int(r["later"])
-            q.waiting_capped = bool(r["capped"])
+            q.row.available = int(r["due"])
+            if r["capped"]:
+                q.capped.add("available")
             q.row.oldest_ready_age = r["oldest_wait"]
         for r in await _rows(conn, dashboard_query("web_throughput")):
             minute = MINUTES - 1 - int(r["ago"] // 60)
-            if 0 <= minute < MINUTES and r["outcome"] in ("completed", "discarded"):
+            if 0 <= minute < MINUTES and r["outcome"] in OUTCOMES:
                 queue(r["queue"]).per_minute[r["outcome"]][minute] += int(r["jobs"])
         supervisors = await read_supervisors(conn)
+        records = {
+            r["name"]: ScheduleRecord(r["name"], r["last_tick"], r["last_job_id"])
+            for r in await _rows(conn, query("list_schedules"))
+        }
     queues = [figures[name] for name in sorted(figures)]
     status = Status(
         generated_at=now,
@@ -141,6 +150,7 @@ async def overview(
         queues=[q.row for q in queues],
         pools=list(config.pools.values()) if config else [],
         supervisors=supervisors,
+        schedules=schedules.rows(config, records, now) if config else [],
     )
     attention = status.warnings()
     if config is None:
@@ -151,6 +161,7 @@ async def overview(
         queues=queues,
         pools=status.pools if config else None,
         supervisors=supervisors,
+        schedules=status.schedules,
         attention=attention,
         history=status.history,
     )
@@ -179,6 +190,7 @@ class JobPage:
     page: int
     jobs: list[dict[str, Any]]
     more: bool
+    paused: bool
 
 
 async def queue_jobs(
@@ -195,16 +207,18 @@ async def queue_jobs(
     async with snapshot(pool) as conn:
         now = await server_now(conn)
         rows = await _rows(conn, dashboard_query(f"web_queue_{state}"), params)
-    return JobPage(now, queue, state, kind, page, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE)
+        paused = any(r["queue"] == queue for r in await _rows(conn, query("paused_queues")))
+    more = len(rows) > PAGE_SIZE
+    return JobPage(now, queue, state, kind, page, rows[:PAGE_SIZE], more, paused)
 
 
-async def job(
-    pool: AsyncConnectionPool[Any], job_id: int
-) -> tuple[datetime, dict[str, Any] | None]:
+async def job(pool: AsyncConnectionPool[Any], job_id: int) -> tuple[datetime, JobDetail | None]:
     async with snapshot(pool) as conn:
         now = await server_now(conn)
-        rows = await _rows(conn, dashboard_query("web_job"), {"id": job_id})
-    return now, rows[0] if rows else None
+        async with conn.cursor() as cur:
+            await cur.execute(query("job_detail"), {"id": job_id})
+            row = await cur.fetchone()
+    return now, JobDetail(*row) if row is not None else None
 
 
 @dataclass(frozen=True)

@@ -106,9 +106,10 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
     assert browser.execute_script("return window.pgqMarker") == "still here"
 
     browser.get(web.url + "/queues/work")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")
-    assert len(rows) == 9  # 7 due and 2 for later, in claim order
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")) == 7
     screenshot(browser, "queue")
+    browser.get(web.url + "/queues/work?state=scheduled")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")) == 2
 
     # The registry is written at the supervisor's heartbeat (every 5 s).
     wait_for(
@@ -230,3 +231,102 @@ def test_a_non_local_address_is_refused_without_authentication(tmp_path: Any, le
     done = run_cli(config, "web", "--host", "0.0.0.0", "--port", "1", env=env)
     assert done.returncode == 2
     assert "refusing to serve the dashboard on 0.0.0.0 without authentication" in done.stderr
+
+
+def confirm(browser: Any, button_id: str) -> str:
+    """Clicks an action's button, then the confirmation's; returns the message shown after."""
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.ID, button_id).click()
+    browser.find_element(By.ID, "confirm").click()
+    flash = wait_for(lambda: browser.find_elements(By.ID, "flash"), 10, what="the message")
+    return str(flash[0].text)
+
+
+def test_a_paused_queue_shows_as_paused_and_resumes(
+    browser: Any,
+    dashboard: Callable[..., Dashboard],
+    supervisor: Callable[..., Supervisor],
+    ledger: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sup = supervisor(YAML).start()
+    sup.wait_children(1)
+    web = dashboard(YAML).wait_up()
+    browser.get(web.url + "/queues/work")
+    assert confirm(browser, "pause") == (
+        "paused queue work: no host claims from it until it is resumed"
+    )
+    assert browser.find_element(By.ID, "paused").text == "paused"
+    held = enqueue(ledger, [NewJob("sleep", {}, queue="work") for _ in range(3)])
+    # The same child serves mail: once a mail job enqueued after them has run, the child has
+    # claimed since the work jobs were due, and left them alone.
+    (probe,) = enqueue(ledger, [NewJob("sleep", {}, queue="mail")])
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = %s", (probe,)) == 0,
+        20,
+        what=f"the mail job\n{sup.log()}",
+    )
+    states = query(ledger, "SELECT state FROM pgq.jobs WHERE id = ANY(%s)", (held,))
+    assert states == [("available",)] * 3
+    browser.get(web.url + "/")
+    wait_for(showing(browser, {("work", "due"): "3", ("work", "notes"): "paused"}), 20)
+    assert "queue work is paused" in browser.find_element(By.ID, "attention").text
+    screenshot(browser, "overview-paused")
+
+    browser.get(web.url + "/queues/work")
+    assert confirm(browser, "resume") == "resumed queue work: its workers were woken"
+    assert not browser.find_elements(By.ID, "paused")
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = ANY(%s)", (held,)) == 0,
+        20,
+        what=f"the resumed jobs to run\n{sup.log()}",
+    )
+
+
+def test_cancel_and_run_now_from_a_job_page(
+    browser: Any,
+    dashboard: Callable[..., Dashboard],
+    supervisor: Callable[..., Supervisor],
+    ledger: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sup = supervisor(YAML).start()
+    later, running = enqueue(
+        ledger,
+        [
+            NewJob("sleep", {}, queue="work", delay=3600),
+            NewJob("sleep", {"seconds": 120}, queue="work"),
+        ],
+    )
+    wait_for(
+        lambda: scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (running,)) == "running",
+        20,
+        what=f"the long job to start\n{sup.log()}",
+    )
+    web = dashboard(YAML).wait_up()
+
+    # A running job: its supervisor stops it, and it ends cancelled.
+    browser.get(web.url + f"/jobs/{running}")
+    assert "asked the supervisor running job" in confirm(browser, "cancel")
+    wait_for(
+        lambda: (
+            scalar(ledger, "SELECT state FROM pgq.jobs WHERE id = %s", (running,)) == "cancelled"
+        ),
+        20,
+        what=f"the running job to end cancelled\n{sup.log()}",
+    )
+    browser.refresh()
+    assert browser.find_element(By.ID, "state").text == "cancelled"
+
+    # A job scheduled for an hour from now runs now.
+    browser.get(web.url + f"/jobs/{later}")
+    assert browser.find_element(By.ID, "state").text == "scheduled"
+    assert confirm(browser, "run-now").startswith(f"job {later} is due now in queue work")
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = %s", (later,)) == 0,
+        20,
+        what=f"the job to run\n{sup.log()}",
+    )
