@@ -110,16 +110,42 @@ FROM (
 ) AS sampled
 GROUP BY state, queue;
 
--- name: web_throughput
--- Completions and discards per queue and minute over the last hour, from job_history (kept only
--- with history.enabled), through its finished_at index.
-SELECT queue,
-       outcome,
-       extract(epoch FROM now() - date_bin('1 minute', finished_at, now()))::float8 AS ago,
-       count(*) AS jobs
+-- name: web_throughput_since
+-- Completions and discards per queue and minute since %(since)s (a minute boundary), from
+-- job_history (kept only with history.enabled) through its finished_at index. The dashboard
+-- counts the last hour once, then only the last few minutes at each refresh (see
+-- supervisor/web/throughput.py), so a refresh costs what the last minutes wrote, not the hour.
+SELECT queue, outcome, date_trunc('minute', finished_at) AS minute, count(*) AS jobs
 FROM pgq.job_history
-WHERE finished_at > now() - interval '1 hour'
-GROUP BY queue, outcome, date_bin('1 minute', finished_at, now());
+WHERE finished_at >= %(since)s
+GROUP BY queue, outcome, date_trunc('minute', finished_at);
+
+-- name: web_estimates
+-- Planner statistics (what ANALYZE and autovacuum sampled): the estimated jobs per queue and
+-- state, as rows x share of the queue x share of the state, for the queues and states common
+-- enough to be in the statistics. Shown, marked as an estimate, where a count stopped at the cap.
+SELECT q.value AS queue,
+       s.value AS state,
+       round(c.reltuples * q.share * s.share)::bigint AS estimate
+FROM pg_class AS c
+CROSS JOIN LATERAL (
+    SELECT m.value, m.share
+    FROM pg_stats AS p,
+         unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS m(value, share)
+    WHERE p.schemaname = 'pgq'
+      AND p.tablename = 'jobs'
+      AND p.attname = 'queue'
+) AS q
+CROSS JOIN LATERAL (
+    SELECT m.value, m.share
+    FROM pg_stats AS p,
+         unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS m(value, share)
+    WHERE p.schemaname = 'pgq'
+      AND p.tablename = 'jobs'
+      AND p.attname = 'state'
+) AS s
+WHERE c.oid = 'pgq.jobs'::regclass
+  AND c.reltuples > 0;
 
 -- name: web_queue_available
 -- One page of a queue's available jobs in claim order (the jobs_claim index). The scan stops

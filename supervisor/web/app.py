@@ -23,8 +23,10 @@ from supervisor.config import Config
 from supervisor.queue.dsn import describe
 from supervisor.web import controls, pages
 from supervisor.web.actions import Actions
+from supervisor.web.reads import dashboard_query
 from supervisor.web.security import AuthMiddleware, Credentials, CsrfCookieMiddleware
 from supervisor.web.site import Site, templates
+from supervisor.web.throughput import Throughput
 
 HERE = Path(__file__).resolve().parent
 
@@ -60,6 +62,7 @@ def create_app(
         database=describe(conninfo),
         actions=Actions(conninfo, history=bool(config and config.history.enabled)),
         templates=templates(HERE / "templates"),
+        throughput=Throughput(dashboard_query("web_throughput_since")),
     )
 
     @asynccontextmanager

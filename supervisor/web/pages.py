@@ -37,7 +37,7 @@ def _text(request: Request, name: str) -> str | None:
 
 def routes(site: Site) -> list[Route]:
     async def overview(request: Request) -> Response:
-        data = await reads.overview(site.pool, site.config, site.database)
+        data = await reads.overview(site.pool, site.config, site.database, site.throughput)
         return site.render(request, "overview.html", view=data)
 
     async def queue(request: Request) -> Response:

@@ -22,23 +22,22 @@ from psycopg_pool import AsyncConnectionPool
 
 from supervisor.cli import schedules
 from supervisor.cli.schedules import ScheduleRow
-from supervisor.cli.status_view import OUTCOMES, QueueRow, Status, SupervisorView, supervisors_from
+from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
 from supervisor.config import Config, PoolConfig
 from supervisor.queue.control import JobDetail
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scheduled import ScheduleRecord
+from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
 
-# Counting stops here: "10,000+" is all an operator needs to know about a backlog, and it keeps
-# a page's cost flat whatever the table holds.
-CAP = 10_000
+# Counting stops here, so a page's cost stays flat whatever the table holds; past it the
+# overview shows the planner's estimate ("~ 83,000") or "1,000+".
+CAP = 1_000
 # At most this many queues on the overview (found by a loose index scan, one probe each).
 MAX_QUEUES = 500
 # A queue page or dead-letter page reads at most this many index entries before filtering, so a
 # filter that matches little cannot turn into a scan of the whole backlog.
 SCAN = 10_000
 PAGE_SIZE = 50
-# The overview's chart: one bar per minute over the last hour.
-MINUTES = 60
 
 
 @cache
@@ -77,6 +76,8 @@ class QueueFigures:
     row: QueueRow
     # The states whose count stopped at CAP ("available", "scheduled", ...).
     capped: set[str] = field(default_factory=set)
+    # The planner's estimate per state, from the statistics ANALYZE sampled.
+    estimates: dict[str, int] = field(default_factory=dict)
     # Jobs finished per minute, oldest minute first: {"completed": [...], "discarded": [...]}.
     per_minute: dict[str, list[int]] = field(
         default_factory=lambda: {outcome: [0] * MINUTES for outcome in OUTCOMES}
@@ -85,6 +86,14 @@ class QueueFigures:
     @property
     def name(self) -> str:
         return self.row.queue
+
+    def shown(self, state: str) -> str:
+        """A count for people: exact, or past the cap the estimate (when it is larger)."""
+        count: int = getattr(self.row, state)
+        if state not in self.capped:
+            return f"{count:,}"
+        estimate = self.estimates.get(state, 0)
+        return f"~{estimate:,}" if estimate > CAP else f"{CAP:,}+"
 
     @property
     def finished_last_hour(self) -> dict[str, int]:
@@ -103,7 +112,7 @@ class Overview:
 
 
 async def overview(
-    pool: AsyncConnectionPool[Any], config: Config | None, database: str
+    pool: AsyncConnectionPool[Any], config: Config | None, database: str, throughput: Throughput
 ) -> Overview:
     async with snapshot(pool) as conn:
         now = await server_now(conn)
@@ -132,10 +141,13 @@ async def overview(
             if r["capped"]:
                 q.capped.add("available")
             q.row.oldest_ready_age = r["oldest_wait"]
-        for r in await _rows(conn, dashboard_query("web_throughput")):
-            minute = MINUTES - 1 - int(r["ago"] // 60)
-            if 0 <= minute < MINUTES and r["outcome"] in OUTCOMES:
-                queue(r["queue"]).per_minute[r["outcome"]][minute] += int(r["jobs"])
+        if any(q.capped for q in figures.values()):
+            for r in await _rows(conn, dashboard_query("web_estimates")):
+                if r["queue"] in figures:
+                    figures[r["queue"]].estimates[r["state"]] = int(r["estimate"])
+        await throughput.refresh(conn, now)
+        for name, series in throughput.per_minute(now).items():
+            queue(name).per_minute = series
         supervisors = await read_supervisors(conn)
         records = {
             r["name"]: ScheduleRecord(r["name"], r["last_tick"], r["last_job_id"])

@@ -22,6 +22,7 @@ from supervisor.config.units import UnitError, parse_duration
 from supervisor.web import charts
 from supervisor.web.actions import Actions
 from supervisor.web.security import CSRF_FIELD
+from supervisor.web.throughput import Throughput
 
 FLASH_COOKIE = "pgq_flash"
 # How often a page refreshes its figures.
@@ -35,6 +36,8 @@ class Site:
     database: str
     actions: Actions
     templates: Environment
+    # The overview's per-minute chart, counted incrementally by this process.
+    throughput: Throughput
 
     def render(
         self, request: Request, name: str, status_code: int = 200, **values: Any
@@ -64,7 +67,6 @@ def templates(folder: Path) -> Environment:
     )
     env.filters["age"] = age
     env.filters["clock"] = clock_time
-    env.filters["count"] = lambda n, capped=False: f"{n:,}+" if capped else f"{n:,}"
     env.filters["pretty_json"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
     env.filters["last_line"] = lambda text: ((text or "").strip().splitlines() or [""])[-1]
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
