@@ -37,13 +37,19 @@ def enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
         return enqueue_many(conn, jobs)
 
 
-def figure(browser: Any, queue: str, name: str) -> str:
-    from selenium.webdriver.common.by import By
+def text_of(browser: Any, css: str) -> str:
+    """The text of the first element matching ``css``, read in one step in the page: a live
+    refresh may replace the element between a find and a read."""
+    script = "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';"
+    return " ".join(str(browser.execute_script(script, css)).split())
 
-    cells = browser.find_elements(
-        By.CSS_SELECTOR, f'tr[data-queue="{queue}"] td[data-figure="{name}"]'
-    )
-    return str(cells[0].text.strip()) if cells else ""
+
+def count_of(browser: Any, css: str) -> int:
+    return int(browser.execute_script("return document.querySelectorAll(arguments[0]).length", css))
+
+
+def figure(browser: Any, queue: str, name: str) -> str:
+    return text_of(browser, f'tr[data-queue="{queue}"] td[data-figure="{name}"]')
 
 
 def showing(browser: Any, expected: dict[tuple[str, str], str]) -> Callable[[], bool]:
@@ -56,7 +62,6 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
     supervisor: Callable[..., Supervisor],
     ledger: str,
 ) -> None:
-    from selenium.webdriver.common.by import By
 
     sup = supervisor(YAML).start()
     sup.wait_children(1)
@@ -94,9 +99,9 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
         ("work", "failed"): "2",
     }
     wait_for(showing(browser, expected), 20, what=f"the overview's counts\n{browser.page_source}")
-    attention = browser.find_element(By.ID, "attention").text
+    attention = text_of(browser, "#attention")
     assert "queue orphans: 1 job is waiting, but no pool" in attention
-    assert "75%" in browser.find_element(By.ID, "pools").text
+    assert "75%" in text_of(browser, "#pools")
     screenshot(browser, "overview")
 
     # Live: new jobs show up without a reload (a reload would forget the marker).
@@ -106,10 +111,10 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
     assert browser.execute_script("return window.pgqMarker") == "still here"
 
     browser.get(web.url + "/queues/work")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")) == 7
+    assert count_of(browser, "#jobs tr[data-job]") == 7
     screenshot(browser, "queue")
     browser.get(web.url + "/queues/work?state=scheduled")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")) == 2
+    assert count_of(browser, "#jobs tr[data-job]") == 2
 
     # The registry is written at the supervisor's heartbeat (every 5 s).
     wait_for(
@@ -118,12 +123,12 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
         what="the supervisor's heartbeat",
     )
     browser.get(web.url + "/workers")
-    worker = browser.find_element(By.CSS_SELECTOR, "#supervisors tr[data-worker]").text
+    worker = text_of(browser, "#supervisors tr[data-worker]")
     assert str(running) in worker and "sleep" in worker
     screenshot(browser, "workers")
 
     browser.get(web.url + f"/jobs/{running}")
-    facts = browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    facts = text_of(browser, "dl.facts")
     assert "pool main slot 1" in facts
     screenshot(browser, "job-running")
 
@@ -148,24 +153,22 @@ def test_a_dead_letter_is_shown_replayed_with_one_click_and_runs(
     )
     web = dashboard(YAML).wait_up()
     browser.get(web.url + "/dead")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#dead tr[data-job]")) == 3
+    assert count_of(browser, "#dead tr[data-job]") == 3
     screenshot(browser, "dead-letters")
 
     job = ids[0]
     browser.get(web.url + f"/jobs/{job}")
-    assert browser.find_element(By.ID, "state").text == "discarded"
-    assert (
-        f"planned failure: the first run of job {job}" in browser.find_element(By.ID, "error").text
-    )
-    assert '"invoice": 0' in browser.find_element(By.ID, "args").text
+    assert text_of(browser, "#state") == "discarded"
+    assert f"planned failure: the first run of job {job}" in text_of(browser, "#error")
+    assert '"invoice": 0' in text_of(browser, "#args")
     screenshot(browser, "job-dead")
 
     browser.find_element(By.ID, "replay").click()
     assert "Put dead letter" in browser.page_source
     screenshot(browser, "confirm")
     browser.find_element(By.ID, "confirm").click()
-    flash = wait_for(lambda: browser.find_elements(By.ID, "flash"), 10, what="the message")
-    assert f"replayed 1 dead letter ({job}) into work" in flash[0].text
+    flash = wait_for(lambda: text_of(browser, "#flash"), 10, what="the message")
+    assert f"replayed 1 dead letter ({job}) into work" in flash
     # It runs again, succeeds this time, and is gone; the other two stay dead.
     wait_for(
         lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = %s", (job,)) == 0,
@@ -176,7 +179,7 @@ def test_a_dead_letter_is_shown_replayed_with_one_click_and_runs(
     assert runs == [(1,), (1,)]
     assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'") == 2
     browser.get(web.url + f"/jobs/{job}")
-    assert "not in pgq.jobs" in browser.find_element(By.ID, "message").text
+    assert "not in pgq.jobs" in text_of(browser, "#message")
 
 
 def test_a_post_without_the_forgery_token_is_refused(
@@ -239,8 +242,7 @@ def confirm(browser: Any, button_id: str) -> str:
 
     browser.find_element(By.ID, button_id).click()
     browser.find_element(By.ID, "confirm").click()
-    flash = wait_for(lambda: browser.find_elements(By.ID, "flash"), 10, what="the message")
-    return str(flash[0].text)
+    return wait_for(lambda: text_of(browser, "#flash"), 10, what="the message")
 
 
 def test_a_paused_queue_shows_as_paused_and_resumes(
@@ -249,7 +251,6 @@ def test_a_paused_queue_shows_as_paused_and_resumes(
     supervisor: Callable[..., Supervisor],
     ledger: str,
 ) -> None:
-    from selenium.webdriver.common.by import By
 
     sup = supervisor(YAML).start()
     sup.wait_children(1)
@@ -258,7 +259,7 @@ def test_a_paused_queue_shows_as_paused_and_resumes(
     assert confirm(browser, "pause") == (
         "paused queue work: no host claims from it until it is resumed"
     )
-    assert browser.find_element(By.ID, "paused").text == "paused"
+    assert text_of(browser, "#paused") == "paused"
     held = enqueue(ledger, [NewJob("sleep", {}, queue="work") for _ in range(3)])
     # The same child serves mail: once a mail job enqueued after them has run, the child has
     # claimed since the work jobs were due, and left them alone.
@@ -272,12 +273,12 @@ def test_a_paused_queue_shows_as_paused_and_resumes(
     assert states == [("available",)] * 3
     browser.get(web.url + "/")
     wait_for(showing(browser, {("work", "due"): "3", ("work", "notes"): "paused"}), 20)
-    assert "queue work is paused" in browser.find_element(By.ID, "attention").text
+    assert "queue work is paused" in text_of(browser, "#attention")
     screenshot(browser, "overview-paused")
 
     browser.get(web.url + "/queues/work")
     assert confirm(browser, "resume") == "resumed queue work: its workers were woken"
-    assert not browser.find_elements(By.ID, "paused")
+    assert count_of(browser, "#paused") == 0
     wait_for(
         lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = ANY(%s)", (held,)) == 0,
         20,
@@ -291,7 +292,6 @@ def test_cancel_and_run_now_from_a_job_page(
     supervisor: Callable[..., Supervisor],
     ledger: str,
 ) -> None:
-    from selenium.webdriver.common.by import By
 
     sup = supervisor(YAML).start()
     later, running = enqueue(
@@ -319,11 +319,11 @@ def test_cancel_and_run_now_from_a_job_page(
         what=f"the running job to end cancelled\n{sup.log()}",
     )
     browser.refresh()
-    assert browser.find_element(By.ID, "state").text == "cancelled"
+    assert text_of(browser, "#state") == "cancelled"
 
     # A job scheduled for an hour from now runs now.
     browser.get(web.url + f"/jobs/{later}")
-    assert browser.find_element(By.ID, "state").text == "scheduled"
+    assert text_of(browser, "#state") == "scheduled"
     assert confirm(browser, "run-now").startswith(f"job {later} is due now in queue work")
     wait_for(
         lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = %s", (later,)) == 0,
