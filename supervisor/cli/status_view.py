@@ -69,6 +69,7 @@ class WorkerView:
     job_started: datetime | None
     job_age: float | None
     spawned_at: datetime
+    rss_bytes: int | None = None
 
 
 @dataclass
@@ -268,6 +269,7 @@ def _supervisor_json(s: SupervisorView) -> dict[str, Any]:
                 "pid": w.pid,
                 "state": w.state,
                 "spawned_at": iso(w.spawned_at),
+                "rss_bytes": w.rss_bytes,
                 "job": None
                 if w.job_id is None
                 else {

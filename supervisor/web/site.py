@@ -67,6 +67,7 @@ def templates(folder: Path) -> Environment:
     )
     env.filters["age"] = age
     env.filters["clock"] = clock_time
+    env.filters["mib"] = lambda n: "-" if n is None else f"{n / 2**20:,.1f} MiB"
     env.filters["pretty_json"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
     env.filters["last_line"] = lambda text: ((text or "").strip().splitlines() or [""])[-1]
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")

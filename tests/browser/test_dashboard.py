@@ -125,6 +125,7 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
     browser.get(web.url + "/workers")
     worker = text_of(browser, "#supervisors tr[data-worker]")
     assert str(running) in worker and "sleep" in worker
+    assert text_of(browser, '#supervisors td[data-figure="rss"]').endswith(" MiB")
     screenshot(browser, "workers")
 
     browser.get(web.url + f"/jobs/{running}")
