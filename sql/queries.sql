@@ -833,3 +833,12 @@ FROM pgq.jobs AS j
 LEFT JOIN pgq.workers AS w ON w.worker_id = j.locked_by
 LEFT JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
 WHERE j.id = %(id)s;
+
+-- name: due_queues
+-- The queues that hold jobs due now and are not paused (supervisor.testing.drain).
+SELECT DISTINCT queue
+FROM pgq.jobs
+WHERE state = 'available'
+  AND run_at <= now()
+  AND queue NOT IN (SELECT queue FROM pgq.queue_pauses)
+ORDER BY queue;

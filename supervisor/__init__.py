@@ -9,6 +9,7 @@ The library half, used by applications and by the supervisor alike::
         enqueue(conn, "deliver_webhook", {"order_id": order_id}, queue="webhooks")
 """
 
+from supervisor import clash
 from supervisor.queue.context import JobContext
 from supervisor.queue.control import (
     cancel,
@@ -30,6 +31,12 @@ from supervisor.queue.enqueue import (
 from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew_leases, settle
 from supervisor.queue.migrations import migrate
 from supervisor.queue.outcomes import Discard, Retry, Snooze
+
+# The one place the version is written; pyproject.toml reads it from here.
+__version__ = "0.1.0"
+# Our mark on the package, which supervisord's __init__ (same import name) lacks.
+PGQ_SUPERVISOR = True
+clash.check()
 
 __all__ = [
     "Discard",

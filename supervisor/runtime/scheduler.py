@@ -59,7 +59,10 @@ class Scheduler(Service):
         return time.monotonic() + min(max(wait, 0.0), self.interval)
 
     def run_once(self) -> None:
-        now = datetime.now(timezone.utc)
+        self.run_at(datetime.now(timezone.utc))
+
+    def run_at(self, now: datetime) -> None:
+        """Enqueue what the schedules owe at wall-clock time ``now``."""
         for schedule in self.host.config.schedules.values():
             tick = latest_tick(schedule, now)
             if self.done.get(schedule.name) == tick:
@@ -84,7 +87,7 @@ class Scheduler(Service):
                         tick.isoformat(),
                     )
                     return True
-                if not self._should_run(schedule, last, tick, now):
+                if not should_run(schedule, last, tick, now):
                     return True
                 job_id = enqueue(
                     conn,
@@ -110,24 +113,26 @@ class Scheduler(Service):
 
         return deal
 
-    def _should_run(
-        self, schedule: ScheduleConfig, last: datetime, tick: datetime, now: datetime
-    ) -> bool:
-        """Whether the job for ``tick`` runs, given the schedule's previous tick ``last``."""
-        period = (next_tick(schedule, tick) - tick).total_seconds()
-        late = (now - tick).total_seconds() > min(GRACE, period)
-        missed = next_tick(schedule, last) < tick
-        if not (late or missed):
-            return True
-        runs = schedule.missed == "run_once"
-        log.warning(
-            "schedule %s: ticks missed while no supervisor ran (previous tick enqueued %s, "
-            "latest %s); missed: %s, so %s",
-            schedule.name,
-            last.isoformat(),
-            tick.isoformat(),
-            schedule.missed,
-            "one job runs for the latest tick" if runs else "they are skipped",
-        )
-        # The latest tick is on time even when earlier ones were missed: it runs either way.
-        return runs or not late
+
+def should_run(schedule: ScheduleConfig, last: datetime, tick: datetime, now: datetime) -> bool:
+    """Whether the job for ``tick`` runs at ``now``, given the schedule's previous tick ``last``.
+
+    The latest tick runs when it is on time, even if earlier ones were missed; a late one runs
+    only with ``missed: run_once``.
+    """
+    period = (next_tick(schedule, tick) - tick).total_seconds()
+    late = (now - tick).total_seconds() > min(GRACE, period)
+    missed = next_tick(schedule, last) < tick
+    if not (late or missed):
+        return True
+    runs = schedule.missed == "run_once" or not late
+    log.warning(
+        "schedule %s: ticks missed while no supervisor ran (previous tick enqueued %s, "
+        "latest %s); missed: %s, so %s",
+        schedule.name,
+        last.isoformat(),
+        tick.isoformat(),
+        schedule.missed,
+        "a job runs for the latest tick" if runs else "no job runs for them",
+    )
+    return runs
