@@ -7,9 +7,11 @@ of our own.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -17,8 +19,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from supervisor.queue.control import STATES
+from supervisor.queue.dsn import scrub
 from supervisor.web import reads
 from supervisor.web.site import Site, duration
+
+log = logging.getLogger("pgq.web")
 
 
 def _page(request: Request) -> int:
@@ -114,4 +119,16 @@ def exception_handlers(site: Site) -> dict[Any, Any]:
             message=f"the database {site.database} does not answer; retrying on the next refresh",
         )
 
-    return {HTTPException: http_error, PoolTimeout: database_down}
+    async def database_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
+            message = (
+                f"{site.database} has no pgq schema (or an old one): run "
+                "`pgq-supervisor -c FILE migrate` first"
+            )
+        else:
+            detail = scrub(str(exc).strip(), site.pool.conninfo).replace("\n", " ")
+            message = f"{site.database}: {detail}"
+        log.warning("%s %s: %s", request.method, request.url.path, message)
+        return site.render(request, "error.html", status_code=503, message=message)
+
+    return {HTTPException: http_error, PoolTimeout: database_down, psycopg.Error: database_error}

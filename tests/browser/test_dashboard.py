@@ -31,6 +31,11 @@ YAML = """
     history: {enabled: true}
 """
 
+SCHEDULE = """
+    schedules:
+      nightly: {every: 1h, kind: sleep, queue: mail}
+"""
+
 
 def enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
     with psycopg.connect(dsn) as conn, conn.transaction():
@@ -86,7 +91,9 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
         + [NewJob("sleep", {}, queue="work", delay=3600) for _ in range(2)]
         + [NewJob("sleep", {}, queue="mail"), NewJob("sleep", {}, queue="orphans")],
     )
-    web = dashboard(YAML).wait_up()
+    # The dashboard's own copy of the YAML also names a schedule (the supervisor's does not, so
+    # no tick is enqueued into the counts below).
+    web = dashboard(YAML + SCHEDULE).wait_up()
     browser.get(web.url + "/")
     expected = {
         ("work", "due"): "3",
@@ -102,6 +109,8 @@ def test_overview_shows_queues_and_counts_and_refreshes_live(
     attention = text_of(browser, "#attention")
     assert "queue orphans: 1 job is waiting, but no pool" in attention
     assert "75%" in text_of(browser, "#pools")
+    nightly = text_of(browser, 'tr[data-schedule="nightly"]')
+    assert "every 1h" in nightly and "never" in nightly
     screenshot(browser, "overview")
 
     # Live: new jobs show up without a reload (a reload would forget the marker).
@@ -181,6 +190,11 @@ def test_a_dead_letter_is_shown_replayed_with_one_click_and_runs(
     assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'") == 2
     browser.get(web.url + f"/jobs/{job}")
     assert "not in pgq.jobs" in text_of(browser, "#message")
+
+    # Purge, narrowed to the queue: the other two go for good.
+    browser.get(web.url + "/dead?queue=work&older_than=0s")
+    assert confirm(browser, "purge") == "purged 2 dead letters in queue work older than 0.0s"
+    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'") == 0
 
 
 def test_a_post_without_the_forgery_token_is_refused(

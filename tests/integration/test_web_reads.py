@@ -83,3 +83,22 @@ def test_the_chart_counts_the_hour_once_then_only_new_minutes(
     conn.execute(record, ("completed", 0))
     a = queue(overview(dsn, throughput), "a")
     assert a.finished_last_hour == {"completed": 3, "discarded": 1}
+
+
+def test_a_database_without_the_schema_gets_a_page_that_says_what_to_do(empty_dsn: str) -> None:
+    import httpx
+
+    from supervisor.web import create_app
+    from supervisor.web.security import Credentials
+
+    async def get() -> httpx.Response:
+        async with AsyncConnectionPool(empty_dsn, min_size=1, kwargs={"autocommit": True}) as pool:
+            app = create_app(pool=pool, credentials=Credentials())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                return await client.get("/")
+
+    page = asyncio.run(get())
+    assert page.status_code == 503
+    assert "has no pgq schema (or an old one): run" in page.text
+    assert "migrate" in page.text
