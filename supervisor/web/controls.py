@@ -58,7 +58,9 @@ def action(site: Site, plan_for: Callable[[Mapping[str, str]], Plan]) -> Callabl
         except ActionError as exc:
             return site.render(request, "error.html", status_code=500, message=str(exc))
         response = RedirectResponse(plan.back, status_code=303)
-        response.set_cookie(FLASH_COOKIE, said, max_age=60, httponly=True, samesite="strict")
+        # Percent-encoded: a queue or error named in the sentence may hold any character.
+        flash = quote(said, safe=" ")
+        response.set_cookie(FLASH_COOKIE, flash, max_age=60, httponly=True, samesite="strict")
         return response
 
     return endpoint

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from psycopg_pool import AsyncConnectionPool
@@ -42,7 +42,7 @@ class Site:
     def render(
         self, request: Request, name: str, status_code: int = 200, **values: Any
     ) -> Response:
-        flash = request.cookies.get(FLASH_COOKIE)
+        flash = unquote(request.cookies.get(FLASH_COOKIE, "")) or None
         html = self.templates.get_template(name).render(
             request=request,
             csrf=request.scope.get("state", {}).get("csrf", ""),

@@ -1,0 +1,55 @@
+"""The dashboard's pages and actions with hostile names, through the real ASGI application."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from supervisor import NewJob, enqueue_many
+from supervisor.web import create_app
+from supervisor.web.security import Credentials
+
+QUEUE = "wörk/📦 <b>bold</b> & 'quoted'"
+
+
+def with_client(dsn: str, steps: Callable[[httpx.AsyncClient], Awaitable[Any]]) -> Any:
+    async def run() -> Any:
+        async with AsyncConnectionPool(dsn, min_size=1, kwargs={"autocommit": True}) as pool:
+            app = create_app(pool=pool, credentials=Credentials())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                return await steps(client)
+
+    return asyncio.run(run())
+
+
+def test_a_hostile_queue_name_is_shown_escaped_and_can_be_paused(
+    conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    enqueue_many(conn, [NewJob("k", {"html": "<script>alert(1)</script>"}, queue=QUEUE)])
+    (job_id,) = conn.execute("SELECT id FROM pgq.jobs").fetchone() or ()
+
+    async def steps(client: httpx.AsyncClient) -> list[httpx.Response]:
+        overview = await client.get("/")
+        job = await client.get(f"/jobs/{job_id}")
+        page = f"/queues/{quote(QUEUE, safe='')}"
+        confirm = await client.get(page + "/pause")
+        token = client.cookies["pgq_csrf"]
+        done = await client.post(page + "/pause", data={"csrf": token})
+        after = await client.get(done.headers["location"])
+        return [overview, job, confirm, done, after]
+
+    overview, job, confirm, done, after = with_client(dsn, steps)
+    escaped = "wörk/📦 &lt;b&gt;bold&lt;/b&gt; &amp; &#39;quoted&#39;"
+    assert escaped in overview.text and "<b>bold</b>" not in overview.text
+    assert "&lt;script&gt;" in job.text and "<script>alert" not in job.text
+    assert confirm.status_code == 200 and f"Pause queue {escaped}" in confirm.text
+    assert done.status_code == 303
+    assert conn.execute("SELECT queue FROM pgq.queue_pauses").fetchall() == [(QUEUE,)]
+    assert f"paused queue {escaped}: no host claims from it" in after.text
