@@ -22,7 +22,7 @@ from supervisor.cli.tables import age
 from supervisor.queue.maintenance import ReplayFilter
 from supervisor.web.actions import ActionError
 from supervisor.web.security import csrf_problem
-from supervisor.web.site import FLASH_COOKIE, Site, duration
+from supervisor.web.site import FLASH_COOKIE, Site, duration, root_path
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def action(site: Site, plan_for: Callable[[Mapping[str, str]], Plan]) -> Callabl
             said = await plan.run()
         except ActionError as exc:
             return site.render(request, "error.html", status_code=500, message=str(exc))
-        response = RedirectResponse(plan.back, status_code=303)
+        response = RedirectResponse(root_path(request) + plan.back, status_code=303)
         # Percent-encoded: a queue or error named in the sentence may hold any character.
         flash = quote(said, safe=" ")
         response.set_cookie(FLASH_COOKIE, flash, max_age=60, httponly=True, samesite="strict")

@@ -49,6 +49,9 @@ class Site:
             csrf_field=CSRF_FIELD,
             database=self.database,
             flash=flash,
+            # Where the app is mounted ("" at the root, "/pgq" under a Mount): every link starts
+            # with it.
+            root=root_path(request),
             refresh=REFRESH_SECONDS,
             **values,
         )
@@ -56,6 +59,10 @@ class Site:
         if flash and "hx-request" not in request.headers:
             response.delete_cookie(FLASH_COOKIE, path="/")
         return response
+
+
+def root_path(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
 
 
 def templates(folder: Path) -> Environment:

@@ -53,3 +53,35 @@ def test_a_hostile_queue_name_is_shown_escaped_and_can_be_paused(
     assert done.status_code == 303
     assert conn.execute("SELECT queue FROM pgq.queue_pauses").fetchall() == [(QUEUE,)]
     assert f"paused queue {escaped}: no host claims from it" in after.text
+
+
+def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(
+    conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    enqueue_many(conn, [NewJob("k", {}, queue="q", max_attempts=1)])
+    conn.execute("UPDATE pgq.jobs SET state = 'discarded', finished_at = now()")
+    (job_id,) = conn.execute("SELECT id FROM pgq.jobs").fetchone() or ()
+
+    async def run() -> list[httpx.Response]:
+        async with AsyncConnectionPool(dsn, min_size=1, kwargs={"autocommit": True}) as pool:
+            dashboard = create_app(pool=pool, credentials=Credentials())
+            app = Starlette(routes=[Mount("/pgq", dashboard)])
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                overview = await client.get("/pgq/")
+                htmx = await client.get("/pgq/static/htmx.min.js")
+                confirm = await client.get(f"/pgq/jobs/{job_id}/replay")
+                done = await client.post(
+                    f"/pgq/jobs/{job_id}/replay", data={"csrf": client.cookies["pgq_csrf"]}
+                )
+                return [overview, htmx, confirm, done]
+
+    overview, htmx, confirm, done = asyncio.run(run())
+    assert overview.status_code == 200 and htmx.status_code == 200
+    assert 'href="/pgq/queues/q"' in overview.text and 'href="/pgq/dead"' in overview.text
+    assert 'href="/queues' not in overview.text
+    assert f'href="/pgq/jobs/{job_id}"' in confirm.text
+    assert (done.status_code, done.headers["location"]) == (303, f"/pgq/jobs/{job_id}")
