@@ -29,6 +29,7 @@ from supervisor.web.site import Site, templates
 from supervisor.web.throughput import Throughput
 
 HERE = Path(__file__).resolve().parent
+PAGE_WAIT = 5.0
 
 
 def create_app(
@@ -52,6 +53,9 @@ def create_app(
             min_size=1,
             max_size=4,
             open=False,
+            # A page waits this long for a connection, then says the database does not answer
+            # (the pool keeps reconnecting in the background).
+            timeout=PAGE_WAIT,
             kwargs={"autocommit": True, "application_name": "pgq-supervisor web"},
             name="pgq-web",
         )

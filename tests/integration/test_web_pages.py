@@ -85,3 +85,25 @@ def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(
     assert 'href="/queues' not in overview.text
     assert f'href="/pgq/jobs/{job_id}"' in confirm.text
     assert (done.status_code, done.headers["location"]) == (303, f"/pgq/jobs/{job_id}")
+
+
+def test_a_database_that_does_not_answer_gets_a_page_that_says_so_without_the_password() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dsn = f"postgresql://pgq:s3cret-pw@127.0.0.1:{port}/nowhere?connect_timeout=1"
+    app = create_app(dsn, credentials=Credentials())
+
+    async def get() -> httpx.Response:
+        # The app opens its own pool (dsn=...) in its lifespan, as a server would run it.
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                return await client.get("/")
+
+    page = asyncio.run(get())
+    assert page.status_code == 503
+    assert f"pgq@127.0.0.1:{port}/nowhere does not answer" in page.text
+    assert "s3cret-pw" not in page.text
