@@ -603,9 +603,9 @@ WHERE supervisor_id = %(id)s;
 -- name: record_workers
 -- Writes a supervisor's children as they are now.
 INSERT INTO pgq.workers (supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
-                         job_started, spawned_at)
+                         job_started, spawned_at, rss_bytes)
 SELECT %(id)s, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
-       w.job_started, w.spawned_at
+       w.job_started, w.spawned_at, w.rss_bytes
 FROM unnest(
     %(worker_ids)s::text[],
     %(pools)s::text[],
@@ -615,8 +615,9 @@ FROM unnest(
     %(job_ids)s::bigint[],
     %(kinds)s::text[],
     %(job_starts)s::timestamptz[],
-    %(spawned)s::timestamptz[]
-) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at);
+    %(spawned)s::timestamptz[],
+    %(rss)s::bigint[]
+) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at, rss_bytes);
 
 -- name: prune_supervisors
 -- Forgets supervisors (and, by cascade, their children) that stopped heartbeating.
@@ -643,7 +644,7 @@ ORDER BY host, started_at;
 SELECT w.supervisor_id, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
        w.job_started,
        greatest(0, extract(epoch FROM s.heartbeat_at - w.job_started))::float8 AS job_age,
-       w.spawned_at
+       w.spawned_at, w.rss_bytes
 FROM pgq.workers AS w
 JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
 ORDER BY w.supervisor_id, w.pool, w.slot;

@@ -139,6 +139,16 @@ def fail(times: int = 1, *, job: JobContext) -> None:
         raise RuntimeError(f"planned failure {job.attempt} of {times}")
 
 
+def fail_first_run(*, job: JobContext, **_: Any) -> None:
+    """Fails the first time this job runs, whatever its attempt number (a replay resets it),
+    and succeeds every time after."""
+    ran_before = _db().execute("SELECT count(*) FROM test_ledger WHERE job_id = %s", (job.id,))
+    first = ran_before.fetchone() == (0,)
+    _record(job)
+    if first:
+        raise RuntimeError(f"planned failure: the first run of job {job.id}")
+
+
 def retry_soon(*, job: JobContext) -> None:
     _record(job)
     if job.attempt == 1:

@@ -162,6 +162,14 @@ def test_the_metrics_read_a_view_not_the_master(package: dict[str, set[str]]) ->
     assert reachable(package, observability) & set(MASTER) == set()
 
 
+def test_the_dashboard_reads_the_database_not_the_processes(package: dict[str, set[str]]) -> None:
+    # The web dashboard is a separate process: what it knows of supervisors and children comes
+    # from the registry in the database, never from the master's or the child's code.
+    web = [name for name in package if within(name, "supervisor.web")]
+    assert web, "the dashboard moved: update this test"
+    assert reachable(package, web) & {*MASTER, *CHILD} == set()
+
+
 def test_the_walls_would_be_seen(tmp_path: Path) -> None:
     """The checks above can fail: a cycle and a forbidden import are found when present."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
