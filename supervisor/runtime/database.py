@@ -32,12 +32,14 @@ class MasterDatabase:
         *,
         name: str,
         connect_timeout: float,
+        pooled: bool = False,
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.on_connect = on_connect
         self.name = name
         self.connect_timeout = connect_timeout
+        self.pooled = pooled
         self.conn: psycopg.Connection[Any] | None = None
         self.next_attempt = 0.0
         self.delay = RETRY_FIRST
@@ -57,6 +59,7 @@ class MasterDatabase:
                 self.dsn,
                 application_name=f"pgq-supervisor {self.name}",
                 connect_timeout=self.connect_timeout,
+                pooled=self.pooled,
             )
             if self.on_connect is not None:
                 self.on_connect(self.conn)

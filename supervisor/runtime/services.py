@@ -18,15 +18,17 @@ import psycopg
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue import locks, maintenance
-from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
-from supervisor.runtime.children import HOSTNAME, Child
+from supervisor.runtime.children import Child
 from supervisor.runtime.database import MasterDatabase
 
 if TYPE_CHECKING:
     from supervisor.config import Config
 
 log = logging.getLogger("pgq.master")
+
+# How long the log of singleton maintenance runs (pgq.maintenance_runs) is kept.
+MAINTENANCE_LOG_KEEP = timedelta(days=7)
 
 
 class Host(Protocol):
@@ -36,6 +38,7 @@ class Host(Protocol):
     config: Config
     dsn: str
     supervisor_id: str
+    host_name: str
     counters: MasterCounters
     kinds: list[str]
 
@@ -88,15 +91,6 @@ class LeaseRenewal(Service):
             )
 
 
-def _claim_singleton_run(
-    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
-) -> bool:
-    row = conn.execute(
-        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
-    ).fetchone()
-    return row is not None
-
-
 class Rescuer(Service):
     """Returns jobs whose lease expired to their queue (a host that died, a partition). With
     several supervisors on one database, the advisory lock and the maintenance record make one
@@ -132,7 +126,7 @@ class Rescuer(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once per interval across every supervisor on the database, not once per host."""
-        if not _claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+        if not maintenance.claim_run(conn, "rescue", self.host.supervisor_id, self.interval):
             return False
         self.host.counters.rescuer_runs += 1
         log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
@@ -165,27 +159,23 @@ class Purger(Service):
 
     def _purge(self, conn: psycopg.Connection[Any]) -> int:
         config = self.host.config
-        if not maintenance.try_lock(conn, locks.PURGE):
+        if not maintenance.claim_turn(conn, locks.PURGE, "purge", self.host.supervisor_id, 3600.0):
             return 0
-        try:
-            if not _claim_singleton_run(conn, "purge", self.host.supervisor_id, 3600.0):
-                return 0
-            now = datetime.now(timezone.utc)
-            purged = maintenance.purge_discarded(
-                conn,
-                now - timedelta(seconds=config.purge.discarded_after),
-                batch=config.purge.batch,
+        now = datetime.now(timezone.utc)
+        purged = maintenance.purge_discarded(
+            conn,
+            now - timedelta(seconds=config.purge.discarded_after),
+            batch=config.purge.batch,
+        )
+        maintenance.forget_maintenance_runs(conn, now - MAINTENANCE_LOG_KEEP)
+        if config.history.enabled:
+            maintenance.ensure_history_partitions(conn)
+            dropped = maintenance.purge_history(
+                conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch
             )
-            if config.history.enabled:
-                maintenance.ensure_history_partitions(conn)
-                dropped = maintenance.purge_history(
-                    conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch
-                )
-                if dropped:
-                    log.info("purge: dropped %d history partitions", dropped)
-            return purged
-        finally:
-            maintenance.unlock(conn, locks.PURGE)
+            if dropped:
+                log.info("purge: dropped %d history partitions", dropped)
+        return purged
 
 
 class MemoryWatch(Service):
@@ -246,7 +236,7 @@ class Registry(Service):
         pruned = host.db.run(
             "registry heartbeat",
             lambda conn: registry.heartbeat(
-                conn, host.supervisor_id, HOSTNAME, host.config.path, rows
+                conn, host.supervisor_id, host.host_name, host.config.path, rows
             ),
         )
         for sid, other_host, pid in pruned or []:

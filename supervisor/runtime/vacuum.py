@@ -137,13 +137,14 @@ class QueueVacuum(Service):
                 self.host.dsn,
                 application_name="pgq-supervisor vacuum",
                 connect_timeout=config.database.connect_timeout,
+                pooled=config.database.pooled,
             )
         except DatabaseError as exc:
             log.warning("vacuum: %s; trying again in %.0fs", exc, self.interval)
             return
         try:
-            if not maintenance.try_lock(conn, locks.VACUUM):
-                conn.close()  # another supervisor is vacuuming right now
+            if not self._our_turn(conn):
+                conn.close()  # another supervisor is vacuuming, or just did
                 return
             self.pending = PendingStatement(conn, query("vacuum_jobs"))
         except psycopg.Error as exc:
@@ -156,6 +157,18 @@ class QueueVacuum(Service):
         self.fd = self.pending.fileno()
         self.selector.register(self.fd, selectors.EVENT_READ, self)
         log.debug("vacuum: started on pgq.jobs (%d dead rows)", dead_rows)
+
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once per interval across the fleet (the maintenance record). On a direct session
+        the advisory lock is also held for the whole vacuum; behind a transaction pooler no
+        session lock can be, and VACUUM (SKIP_LOCKED) itself skips a table another vacuum
+        holds."""
+        host = self.host
+        if not host.config.database.pooled and not maintenance.try_lock(conn, locks.VACUUM):
+            return False
+        return maintenance.claim_turn(
+            conn, locks.VACUUM, "vacuum", host.supervisor_id, self.interval
+        )
 
     # -- the loop's side: the result arrives ----------------------------------------------
 
