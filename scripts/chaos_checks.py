@@ -89,7 +89,7 @@ def _explain(
         if f.kind == "child_kill" and e.pid in f.pids and f.at >= e.at - SLACK:
             return "child_kill"
     for f in faults:
-        if f.kind in ("master_kill", "deploy") and sid is not None and f.sid == sid:
+        if f.kind in ("master_kill", "deploy", "host_kill") and sid is not None and f.sid == sid:
             return f.kind
     for f in faults:
         end = f.ended or f.at
