@@ -37,6 +37,12 @@ SCENARIOS = ("drain", "pickup", "history", "cpu", "enqueue", "footprint", "long"
 PEERS = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}
 
 
+LIMITS = {
+    "two_statements": "limit (pgbench)",
+    "one_statement": "limit, one commit per batch (pgbench)",
+}
+
+
 def peers_available() -> dict[str, Any]:
     found = {}
     for name, module in PEERS.items():
@@ -76,9 +82,13 @@ def run_drains(args: argparse.Namespace, peers: dict[str, Any], log: Path) -> di
                 )
                 record("procrastinate", batch, result)
                 this["procrastinate"] = result["jobs_per_s"]
-            result = limit_mod.limit(args.dsn, args.jobs, batch, args.processes)
-            record("limit (pgbench)", batch, result)
-            this["limit (pgbench)"] = result["jobs_per_s"]
+            # Our two statements as two transactions (the limit as measured until now), and as
+            # one transaction per batch: what a child sends, since its pipeline carries the
+            # outcomes and the next claim to one Sync and so to one commit.
+            for shape, label in LIMITS.items():
+                result = limit_mod.limit(args.dsn, args.jobs, batch, args.processes, shape=shape)
+                record(label, batch, result)
+                this[label] = result["jobs_per_s"]
             for other, value in this.items():
                 if other != "pgq-supervisor" and value:
                     ratios.setdefault(other, {}).setdefault(batch, []).append(

@@ -3,28 +3,39 @@
 -- Parameters use psycopg's %(name)s style; every value is a parameter, never formatted in.
 
 -- name: enqueue
--- Inserts one job through the caller's connection. A unique key that is already held by an
--- available or running job inserts nothing and returns no row. Notifies the queue's channel
--- when the job is due now; NOTIFY deduplicates identical payloads within a transaction, so a
--- transaction that enqueues many jobs to one queue wakes listeners once.
+-- Inserts one job through the caller's connection. A unique key that is already held by a
+-- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
+-- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
+-- (pgq_scheduled); a job due now wakes its queue's workers (pgq_jobs). NOTIFY deduplicates
+-- identical payloads within a transaction, so a transaction that enqueues many jobs to one
+-- queue wakes listeners once.
 WITH inserted AS (
-    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, max_attempts, unique_key)
-    VALUES (
-        %(queue)s,
-        %(kind)s,
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
+    SELECT
+        %(queue)s::text,
+        %(kind)s::text,
         %(args)s::jsonb,
-        %(priority)s,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s,
-        %(unique_key)s
-    )
-    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+        %(priority)s::smallint,
+        t.run_at,
+        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        %(max_attempts)s::integer,
+        %(unique_key)s::text
+    FROM (
+        SELECT coalesce(%(run_at)s::timestamptz,
+                        now() + make_interval(secs => %(delay)s::float8)) AS run_at
+    ) AS t
+    ON CONFLICT (unique_key)
+        WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
     DO NOTHING
-    RETURNING id, queue, run_at
+    RETURNING id, queue, state
 )
 SELECT
     id,
-    CASE WHEN %(notify)s AND run_at <= now() THEN pg_notify('pgq_jobs', queue) END
+    CASE
+        WHEN NOT %(notify)s THEN NULL
+        WHEN state = 'scheduled' THEN pg_notify('pgq_scheduled', '')
+        ELSE pg_notify('pgq_jobs', queue)
+    END
 FROM inserted;
 
 -- name: job_by_unique_key
@@ -32,27 +43,29 @@ FROM inserted;
 SELECT id
 FROM pgq.jobs
 WHERE unique_key = %(unique_key)s
-  AND state IN ('available', 'running');
+  AND state IN ('available', 'running', 'scheduled');
 
 -- name: jobs_by_unique_keys
 -- The jobs that hold any of these unique keys (bulk enqueue's duplicates).
 SELECT unique_key, id
 FROM pgq.jobs
 WHERE unique_key = ANY(%(unique_keys)s::text[])
-  AND state IN ('available', 'running');
+  AND state IN ('available', 'running', 'scheduled');
 
 -- name: enqueue_many
 -- Inserts many jobs in one statement from parallel arrays, in input order (RETURNING follows
--- the insert order, which follows the ORDER BY). Duplicated unique keys insert nothing.
+-- the insert order, which follows the ORDER BY). Duplicated unique keys insert nothing. Jobs
+-- due later are written 'scheduled', like enqueue.
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
-INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, max_attempts, unique_key)
+INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
 SELECT
     t.queue,
     t.kind,
     t.args,
     t.priority,
-    coalesce(t.run_at, now() + make_interval(secs => t.delay)),
+    r.run_at,
+    CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
     t.max_attempts,
     t.unique_key
 FROM ROWS FROM (
@@ -65,22 +78,33 @@ FROM ROWS FROM (
     unnest(%(max_attempts)s::integer[]),
     unnest(%(unique_keys)s::text[])
 ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key, ord)
+CROSS JOIN LATERAL (
+    SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
+) AS r
 ORDER BY t.ord
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('available', 'running')
+ON CONFLICT (unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
 DO NOTHING
-RETURNING id, unique_key;
+RETURNING id, unique_key, state = 'scheduled' AS scheduled;
 
 -- name: notify_queues
 -- One wake-up per queue that received due jobs in a bulk enqueue.
 SELECT pg_notify('pgq_jobs', q)
 FROM unnest(%(queues)s::text[]) AS q;
 
+-- name: notify_scheduled
+-- Wakes the masters' stagers after jobs were scheduled for later: each reads the earliest
+-- run_at again and sleeps until then.
+SELECT pg_notify('pgq_scheduled', '');
+
 -- name: claim
 -- Claims up to %(limit)s due jobs of one queue, best priority first, then oldest run_at, then
 -- id: the order of the jobs_claim index after its queue column, so the plan reads the index in
 -- order and stops at LIMIT (no sort, whatever the backlog). The claim takes one fresh fencing
 -- token for the whole batch; (id, lease_id) is the fence of each job. Attempts are counted
--- here, so a job that kills its worker every time still runs out of attempts.
+-- here, so a job that kills its worker every time still runs out of attempts. A paused queue
+-- (a row in pgq.queue_pauses) yields nothing: the check is one primary-key probe per statement,
+-- evaluated once before the index scan, so every host skips the queue from its next claim on.
 WITH token AS (
     SELECT nextval('pgq.lease_seq') AS lease_id
 ),
@@ -90,6 +114,7 @@ next AS (
     WHERE state = 'available'
       AND queue = %(queue)s
       AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -134,10 +159,17 @@ SELECT id FROM done;
 -- discarded with its reason (the dead-letter queue). %(refunds)s gives an attempt back (snooze,
 -- release); a null delay keeps run_at; a null error keeps the previous one. Returns the ids that
 -- were still ours. With %(history)s, discards also write a history row. Fenced by lease_id alone,
--- like complete, so the plan looks jobs up by primary key.
+-- like complete, so the plan looks jobs up by primary key. A job with a cancel request
+-- (pgq.cancel) that would go back to available ends 'cancelled' instead: it never runs again.
+-- %(states)s may also say 'cancelled' itself (a threaded handler that saw the request).
 WITH settled AS (
     UPDATE pgq.jobs AS j
-    SET state = o.state,
+    -- A retry or snooze for later waits as 'scheduled', outside the claim index.
+    SET state = CASE
+            WHEN o.state = 'available' AND j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN o.state = 'available' AND o.delay > 0 THEN 'scheduled'
+            ELSE o.state
+        END,
         run_at = CASE
             WHEN o.delay IS NULL THEN j.run_at
             ELSE now() + make_interval(secs => o.delay)
@@ -147,7 +179,9 @@ WITH settled AS (
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
-        finished_at = CASE WHEN o.state = 'discarded' THEN now() END
+        finished_at = CASE
+            WHEN o.state <> 'available' OR j.cancel_requested_at IS NOT NULL THEN now()
+        END
     FROM unnest(
         %(ids)s::bigint[],
         %(lease_ids)s::bigint[],
@@ -164,9 +198,9 @@ WITH settled AS (
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
                                  finished_at)
-    SELECT id, queue, kind, 'discarded', attempts, created_at, started_at, finished_at
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at
     FROM settled
-    WHERE state = 'discarded'
+    WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
 )
 SELECT id FROM settled;
@@ -206,7 +240,8 @@ SELECT EXISTS (
 -- killed the worker, and it is discarded when out of attempts. The worker's other jobs were
 -- claimed but not started (or finished but not yet recorded): they get their attempt back.
 -- %(policy_kinds)s / %(policy_max_attempts)s carry the operator's per-kind max_attempts, which
--- win over the row's own.
+-- win over the row's own. A job with a cancel request ends 'cancelled' (the master stops a child
+-- to cancel its job, and this is how that job's claim ends).
 WITH target AS (
     SELECT id
     FROM pgq.jobs
@@ -229,14 +264,18 @@ decided AS (
 ),
 moved AS (
     UPDATE pgq.jobs AS j
-    SET state = CASE WHEN d.exhausted THEN 'discarded' ELSE 'available' END,
+    SET state = CASE
+            WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN d.exhausted THEN 'discarded'
+            ELSE 'available'
+        END,
         run_at = now(),
         attempts = CASE WHEN d.spent THEN j.attempts ELSE j.attempts - 1 END,
         last_error = CASE WHEN d.spent THEN %(reason)s ELSE j.last_error END,
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
-        finished_at = CASE WHEN d.exhausted THEN now() END
+        finished_at = CASE WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now() END
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
@@ -245,9 +284,9 @@ moved AS (
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
                                  finished_at)
-    SELECT id, queue, kind, 'discarded', attempts, created_at, started_at, finished_at
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at
     FROM moved
-    WHERE state = 'discarded'
+    WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
 )
 SELECT id, queue, kind, state, attempts FROM moved;
@@ -255,7 +294,8 @@ SELECT id, queue, kind, state, attempts FROM moved;
 -- name: rescue
 -- Returns up to %(limit)s jobs whose lease expired (their worker stopped renewing: a host that
 -- died, a network partition) to available, or to discarded when no attempts are left.
--- SKIP LOCKED lets it run beside claims and finishes without waiting on them.
+-- SKIP LOCKED lets it run beside claims and finishes without waiting on them. A job with a
+-- cancel request ends 'cancelled'.
 WITH target AS (
     SELECT id
     FROM pgq.jobs
@@ -274,13 +314,17 @@ decided AS (
 ),
 moved AS (
     UPDATE pgq.jobs AS j
-    SET state = CASE WHEN d.exhausted THEN 'discarded' ELSE 'available' END,
+    SET state = CASE
+            WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN d.exhausted THEN 'discarded'
+            ELSE 'available'
+        END,
         run_at = now(),
         last_error = 'lease expired: worker ' || j.locked_by || ' stopped renewing it',
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
-        finished_at = CASE WHEN d.exhausted THEN now() END
+        finished_at = CASE WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now() END
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
@@ -289,18 +333,18 @@ moved AS (
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
                                  finished_at)
-    SELECT id, queue, kind, 'discarded', attempts, created_at, started_at, finished_at
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at
     FROM moved
-    WHERE state = 'discarded'
+    WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
 )
 SELECT id, queue, kind, state, attempts FROM moved;
 
 -- name: purge_discarded
--- Deletes up to %(limit)s dead letters that finished before %(older_than)s; run in a loop.
--- %(kind)s and %(queue)s narrow it when given (`dlq purge --kind`); null means any.
-DELETE FROM pgq.jobs
-WHERE id IN (
+-- Deletes up to %(limit)s dead letters and up to %(limit)s cancelled jobs that finished before
+-- %(older_than)s; run in a loop. One arm per state, so each reads its own partial index in
+-- finish order. %(kind)s and %(queue)s narrow it when given (`dlq purge --kind`); null means any.
+WITH dead AS (
     SELECT id
     FROM pgq.jobs
     WHERE state = 'discarded'
@@ -310,7 +354,20 @@ WHERE id IN (
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-);
+),
+cancelled AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'cancelled'
+      AND finished_at < %(older_than)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM pgq.jobs
+WHERE id IN (SELECT id FROM dead UNION ALL SELECT id FROM cancelled);
 
 -- name: replay
 -- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
@@ -343,7 +400,7 @@ replayable AS (
                SELECT 1
                FROM pgq.jobs AS holder
                WHERE holder.unique_key = m.unique_key
-                 AND holder.state IN ('available', 'running')
+                 AND holder.state IN ('available', 'running', 'scheduled')
            ))
 ),
 replayed AS (
@@ -397,18 +454,100 @@ WHERE s.schemaname = 'pgq'
   AND s.relname = 'jobs';
 
 -- name: queue_stats
--- Per queue: jobs due now, scheduled for later, running, dead; age of the oldest due job.
+-- Per queue: jobs due now, scheduled for later, running, dead, cancelled; age of the oldest due
+-- job; whether the queue is paused (a paused queue with no jobs is listed too).
 SELECT
-    queue,
-    count(*) FILTER (WHERE state = 'available' AND run_at <= now()) AS available,
-    count(*) FILTER (WHERE state = 'available' AND run_at > now()) AS scheduled,
-    count(*) FILTER (WHERE state = 'running') AS running,
-    count(*) FILTER (WHERE state = 'discarded') AS discarded,
-    coalesce(extract(epoch FROM now() - min(run_at)
-        FILTER (WHERE state = 'available' AND run_at <= now())), 0)::float8 AS oldest_ready_age
+    coalesce(j.queue, p.queue) AS queue,
+    coalesce(j.available, 0),
+    coalesce(j.scheduled, 0),
+    coalesce(j.running, 0),
+    coalesce(j.discarded, 0),
+    coalesce(j.cancelled, 0),
+    coalesce(j.oldest_ready_age, 0)::float8,
+    p.queue IS NOT NULL AS paused
+FROM (
+    SELECT
+        queue,
+        count(*) FILTER (WHERE state = 'available' AND run_at <= now()) AS available,
+        count(*) FILTER (WHERE state = 'scheduled'
+                            OR (state = 'available' AND run_at > now())) AS scheduled,
+        count(*) FILTER (WHERE state = 'running') AS running,
+        count(*) FILTER (WHERE state = 'discarded') AS discarded,
+        count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+        extract(epoch FROM now() - min(run_at)
+            FILTER (WHERE state = 'available' AND run_at <= now())) AS oldest_ready_age
+    FROM pgq.jobs
+    GROUP BY queue
+) AS j
+FULL JOIN pgq.queue_pauses AS p ON p.queue = j.queue
+ORDER BY 1;
+
+-- name: stage_due
+-- The stager: moves up to %(limit)s scheduled jobs whose run_at has come to available, oldest
+-- first, and wakes every host's idle workers of each queue it staged (one NOTIFY per queue).
+-- SKIP LOCKED lets several supervisors stage at once without waiting on each other; the state
+-- condition on the UPDATE keeps it a no-op for a row another stager moved first.
+WITH due AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'scheduled'
+      AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+staged AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'available'
+    FROM due
+    WHERE j.id = due.id
+      AND j.state = 'scheduled'
+    RETURNING j.queue
+),
+queues AS (
+    SELECT queue, count(*) AS jobs
+    FROM staged
+    GROUP BY queue
+)
+SELECT queue, jobs, pg_notify('pgq_jobs', queue)
+FROM queues;
+
+-- name: next_scheduled
+-- Seconds from now until the earliest scheduled job is due (negative when overdue), null when
+-- none waits: the first entry of jobs_scheduled, measured on the database's clock.
+SELECT extract(epoch FROM min(run_at) - now())::float8
 FROM pgq.jobs
-GROUP BY queue
-ORDER BY queue;
+WHERE state = 'scheduled';
+
+-- name: claim_schedule_tick
+-- Records that this supervisor enqueues schedule %(name)s's tick %(tick)s. Returns a row only
+-- to the one caller that moved the schedule's last tick forward: a second supervisor (or a
+-- restarted one) waits on the row lock, then finds the tick taken and gets nothing.
+INSERT INTO pgq.schedules AS s (name, last_tick)
+VALUES (%(name)s, %(tick)s)
+ON CONFLICT (name) DO UPDATE
+SET last_tick = EXCLUDED.last_tick,
+    updated_at = now()
+WHERE s.last_tick < EXCLUDED.last_tick
+RETURNING name;
+
+-- name: schedule_last_tick
+-- The last tick schedule %(name)s enqueued (or recorded as passed), if any.
+SELECT last_tick
+FROM pgq.schedules
+WHERE name = %(name)s;
+
+-- name: record_schedule_job
+-- The job a schedule's last tick enqueued, for status.
+UPDATE pgq.schedules
+SET last_job_id = %(job_id)s
+WHERE name = %(name)s;
+
+-- name: list_schedules
+-- Every schedule's last tick and job, for status.
+SELECT name, last_tick, last_job_id
+FROM pgq.schedules
+ORDER BY name;
 
 -- name: claim_maintenance_run
 -- Records that %(run_by)s runs the singleton task %(task)s now, unless some supervisor ran it
@@ -575,3 +714,148 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- Sent without waiting for it (the master's loop must not block), on a connection of its own.
 -- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.
 VACUUM (SKIP_LOCKED) pgq.jobs;
+
+-- name: cancel_jobs
+-- Cancels the jobs %(ids)s. A waiting job (available, or scheduled for later) becomes
+-- 'cancelled' at once and keeps finished_at, like a dead letter. A running job cannot be
+-- changed under its owner's fence: it gets cancel_requested_at, and the master running it stops
+-- it (the write that ends its claim then makes it 'cancelled'). Returns each id found with what
+-- happened: 'cancelled now', 'cancel requested' (running: stopping) or its state when it had
+-- already finished ('discarded', 'cancelled'). FOR UPDATE waits for a claim in flight, so a job claimed
+-- at this very moment is seen running, never cancelled under its new owner.
+WITH target AS (
+    SELECT id, state
+    FROM pgq.jobs
+    WHERE id = ANY(%(ids)s::bigint[])
+    FOR UPDATE
+),
+waiting AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'cancelled',
+        finished_at = now(),
+        cancel_requested_at = now()
+    FROM target AS t
+    WHERE j.id = t.id
+      AND t.state IN ('available', 'scheduled')
+    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.finished_at
+),
+requested AS (
+    UPDATE pgq.jobs AS j
+    SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
+    FROM target AS t
+    WHERE j.id = t.id
+      AND t.state = 'running'
+    RETURNING j.id
+),
+recorded AS (
+    INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                                 finished_at)
+    SELECT id, queue, kind, 'cancelled', attempts, created_at, started_at, finished_at
+    FROM waiting
+    WHERE %(history)s
+)
+SELECT t.id,
+       CASE
+           WHEN w.id IS NOT NULL THEN 'cancelled now'
+           WHEN r.id IS NOT NULL THEN 'cancel requested'
+           ELSE t.state
+       END AS result
+FROM target AS t
+LEFT JOIN waiting AS w ON w.id = t.id
+LEFT JOIN requested AS r ON r.id = t.id
+ORDER BY t.id;
+
+-- name: cancel_requests
+-- The jobs held by these workers that someone asked to cancel (read every second by each
+-- master from the small jobs_cancel_requests index).
+SELECT id, locked_by, kind, queue
+FROM pgq.jobs
+WHERE state = 'running'
+  AND cancel_requested_at IS NOT NULL
+  AND locked_by = ANY(%(workers)s::text[]);
+
+-- name: cancel_requested
+-- Whether a claimed job, still ours, has a cancel request (JobContext.cancelled()).
+SELECT cancel_requested_at IS NOT NULL
+FROM pgq.jobs
+WHERE id = %(id)s
+  AND lease_id = %(lease_id)s;
+
+-- name: pause_queue
+-- Pauses a queue; returns a row only when it was not paused already.
+INSERT INTO pgq.queue_pauses (queue)
+VALUES (%(queue)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING paused_at;
+
+-- name: resume_queue
+-- Resumes a paused queue; returns a row only when it was paused. Wakes its idle workers at
+-- commit, since due jobs may have piled up while it was paused.
+WITH resumed AS (
+    DELETE FROM pgq.queue_pauses
+    WHERE queue = %(queue)s
+    RETURNING queue
+)
+SELECT queue, pg_notify('pgq_jobs', queue) IS NULL
+FROM resumed;
+
+-- name: paused_queues
+-- Every paused queue, with when and by whom.
+SELECT queue, paused_at, paused_by
+FROM pgq.queue_pauses
+ORDER BY queue;
+
+-- name: retry_now
+-- Makes a waiting job due now (a job waiting for its retry's backoff, or scheduled for later);
+-- it keeps its attempts. Returns the job's queue and state before, or nothing when the job is
+-- not waiting (running, finished or gone). Wakes the queue's idle workers at commit.
+WITH target AS (
+    SELECT id, state, run_at
+    FROM pgq.jobs
+    WHERE id = %(id)s
+      AND state IN ('available', 'scheduled')
+    FOR UPDATE
+),
+moved AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'available',
+        run_at = least(j.run_at, now())
+    FROM target AS t
+    WHERE j.id = t.id
+    RETURNING j.id, j.queue
+)
+SELECT m.queue, t.state, t.run_at, pg_notify('pgq_jobs', m.queue) IS NULL
+FROM moved AS m
+JOIN target AS t ON t.id = m.id;
+
+-- name: list_jobs
+-- Jobs in any state, newest first, up to %(limit)s; every filter is optional (null means any).
+SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, locked_by, cancel_requested_at, last_error
+FROM pgq.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_detail
+-- Everything about one job, with the supervisor, pool, slot and pid of the worker running it
+-- (from the registry's last heartbeat) when it runs.
+SELECT j.id, j.queue, j.kind, j.state, j.args, j.priority, j.attempts, j.max_attempts,
+       j.unique_key, j.last_error, j.created_at, j.run_at, j.started_at, j.finished_at,
+       j.locked_by, j.lease_until, j.cancel_requested_at,
+       s.host, w.pool, w.slot, w.pid
+FROM pgq.jobs AS j
+LEFT JOIN pgq.workers AS w ON w.worker_id = j.locked_by
+LEFT JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
+WHERE j.id = %(id)s;
+
+-- name: due_queues
+-- The queues that hold jobs due now and are not paused (supervisor.testing.drain).
+SELECT DISTINCT queue
+FROM pgq.jobs
+WHERE state = 'available'
+  AND run_at <= now()
+  AND queue NOT IN (SELECT queue FROM pgq.queue_pauses)
+ORDER BY queue;

@@ -9,11 +9,34 @@ The library half, used by applications and by the supervisor alike::
         enqueue(conn, "deliver_webhook", {"order_id": order_id}, queue="webhooks")
 """
 
+from supervisor import clash
 from supervisor.queue.context import JobContext
-from supervisor.queue.enqueue import EnqueueError, NewJob, enqueue, enqueue_many
+from supervisor.queue.control import (
+    cancel,
+    list_jobs,
+    pause_queue,
+    paused_queues,
+    resume_queue,
+    retry_now,
+    show_job,
+)
+from supervisor.queue.enqueue import (
+    EnqueueError,
+    NewJob,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+)
 from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew_leases, settle
 from supervisor.queue.migrations import migrate
 from supervisor.queue.outcomes import Discard, Retry, Snooze
+
+# The one place the version is written; pyproject.toml reads it from here.
+__version__ = "0.1.0"
+# Our mark on the package, which supervisord's __init__ (same import name) lacks.
+PGQ_SUPERVISOR = True
+clash.check()
 
 __all__ = [
     "Discard",
@@ -25,11 +48,20 @@ __all__ = [
     "NewJob",
     "Retry",
     "Snooze",
+    "cancel",
     "claim",
     "complete",
     "enqueue",
+    "enqueue_async",
     "enqueue_many",
+    "enqueue_many_async",
+    "list_jobs",
     "migrate",
+    "pause_queue",
+    "paused_queues",
     "renew_leases",
+    "resume_queue",
+    "retry_now",
     "settle",
+    "show_job",
 ]

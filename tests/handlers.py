@@ -151,3 +151,15 @@ def retry_soon(*, job: JobContext) -> None:
 def record_queue(*, job: JobContext, **_: Any) -> None:
     """Records which queue each execution came from (the event column holds it)."""
     _record(job, job.queue)
+
+
+def cooperative(seconds: float = 60.0, *, job: JobContext) -> None:
+    """A threaded handler that stops when its job is cancelled, as the README recommends."""
+    _record(job, "started")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.cancelled():
+            _record(job, "saw_cancel")
+            return
+        time.sleep(0.05)
+    _record(job, "finished")

@@ -1,13 +1,19 @@
 """The database's own limit: our claim-then-delete SQL driven by pgbench, with no Python.
 
-Each pgbench transaction runs our two statements exactly as a worker does, each in its own
-autocommitted transaction: ``claim`` (sql/queries.sql, one queue, ``batch`` jobs) and then
-``complete`` (the fenced DELETE of what was claimed, no history row). The SQL is taken from
-sql/queries.sql at run time; only its parameters are replaced: literals for the queue, worker,
-lease and batch size, and pgbench variables for the claimed ids, which the claim hands to the
-completion through ``\\gset`` (the claim is wrapped in a CTE that folds its rows into two
-arrays). Statements are sent with ``-M prepared``, as psycopg does on its own after a
-statement's fifth run.
+Two shapes. ``two_statements`` (the limit as first measured): each pgbench transaction runs our
+two statements, each in its own autocommitted transaction: ``claim`` (sql/queries.sql, one queue,
+``batch`` jobs) and then ``complete`` (the fenced DELETE of what was claimed, no history row).
+``one_statement``: the previous batch's completion and the next claim in one statement, so one
+transaction and one commit per batch. A child sends the second shape's work: its pipeline carries
+the outcomes and the next claim to a single Sync, which PostgreSQL runs as one implicit
+transaction (100 pipelines of two inserts take 100 transaction ids, the same inserts sent one by
+one take 200), so the one-commit figure is the limit a child should be compared with.
+
+The first shape's SQL is taken from sql/queries.sql at run time; only its parameters are
+replaced: literals for the queue, worker, lease and batch size, and pgbench variables for the
+claimed ids, which the claim hands to the completion through ``\\gset`` (the claim is wrapped in
+a CTE that folds its rows into two arrays). Statements are sent with ``-M prepared``, as psycopg
+does on its own after a statement's fifth run.
 
 The table is pre-filled with ``jobs`` due no-op jobs in our schema (our migrations), and every
 client runs a fixed number of transactions (``-t``) sized so the table is never exhausted: every
@@ -69,6 +75,55 @@ FROM claimed
 \\gset
 """
 
+#: The same work in one statement and one transaction per batch: the fenced DELETE of the
+#: previous batch and the claim of the next, as data-modifying CTEs. A worker pipelines our two
+#: statements into one round trip already, but they are still two transactions and two WAL
+#: flushes at commit; this shape measures what one commit per batch would allow. The first
+#: transaction of each client completes nothing (its arrays start empty: -D ids={} ...).
+ONE_STATEMENT = """WITH done AS (
+    DELETE FROM pgq.jobs AS j
+    USING unnest(:ids::bigint[], :lease_ids::bigint[]) AS f(id, lease_id)
+    WHERE j.id = f.id
+      AND j.lease_id = f.lease_id
+    RETURNING j.id
+),
+token AS (
+    SELECT nextval('pgq.lease_seq') AS lease_id
+),
+next AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'available'
+      AND queue = 'default'
+      AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT {batch}
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE pgq.jobs AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        lease_id = token.lease_id,
+        locked_by = 'pgbench',
+        lease_until = now() + make_interval(secs => 60),
+        started_at = now()
+    FROM next, token
+    WHERE j.id = next.id
+    RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
+              j.lease_id, j.lease_until, j.created_at
+)
+SELECT
+    {quote}(coalesce(array_agg(id ORDER BY id), '{{}}')::text) AS ids,
+    {quote}(coalesce(array_agg(lease_id ORDER BY id), '{{}}')::text) AS lease_ids,
+    (SELECT count(*) FROM done) AS completed
+FROM claimed
+\\gset
+"""
+
+#: Statement shapes the limit can be measured with.
+SHAPES = ("two_statements", "one_statement")
+
 _PARAM = re.compile(r"%\((?P<name>[a-z_]+)\)s")
 
 
@@ -84,8 +139,19 @@ def substitute(statement: str, values: dict[str, str]) -> str:
     return _PARAM.sub(one, statement)
 
 
-def pgbench_script(batch: int, *, history: bool = False, protocol: str = "prepared") -> str:
+def pgbench_script(
+    batch: int,
+    *,
+    history: bool = False,
+    protocol: str = "prepared",
+    shape: str = "two_statements",
+) -> str:
     """The pgbench script: our claim of `batch` jobs, then our completion of them."""
+    quote = "quote_literal" if protocol == "simple" else ""
+    if shape == "one_statement":
+        if history:
+            raise ValueError("the one-statement shape is measured without history")
+        return ONE_STATEMENT.format(batch=batch, quote=quote)
     claim = substitute(
         query("claim"),
         {"queue": "'default'", "limit": str(batch), "worker": "'pgbench'", "lease_seconds": "60"},
@@ -94,7 +160,6 @@ def pgbench_script(batch: int, *, history: bool = False, protocol: str = "prepar
         query("complete"),
         {"ids": ":ids", "lease_ids": ":lease_ids", "history": "true" if history else "false"},
     )
-    quote = "quote_literal" if protocol == "simple" else ""
     return CLAIM_WRAPPER.format(claim=claim, quote=quote) + complete + ";\n"
 
 
@@ -185,8 +250,12 @@ def limit(
     history: bool = False,
     protocol: str = "prepared",
     pgbench: str | None = None,
+    shape: str = "two_statements",
 ) -> dict[str, Any]:
-    """pgbench with `clients` clients running claim(batch) + complete on `jobs` pre-filled jobs."""
+    """pgbench with `clients` clients running claim(batch) + complete on `jobs` pre-filled jobs,
+    as our two statements (``two_statements``) or as one (``one_statement``)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown statement shape {shape!r}: one of {', '.join(SHAPES)}")
     per_client = jobs // (clients * batch)
     if per_client < 1:
         raise ValueError(f"{jobs} jobs cannot give {clients} clients one batch of {batch} each")
@@ -200,8 +269,12 @@ def limit(
         with tempfile.TemporaryDirectory(prefix="pgq-limit-") as tmp:
             script = Path(tmp) / f"claim_complete_b{batch}.sql"
             script.write_text(
-                pgbench_script(batch, history=history, protocol=protocol), encoding="utf-8"
+                pgbench_script(batch, history=history, protocol=protocol, shape=shape),
+                encoding="utf-8",
             )
+            # The one-statement shape completes the previous batch: none before the first.
+            empty = "''{}''" if protocol == "simple" else "{}"
+            start = [f"--define=ids={empty}", f"--define=lease_ids={empty}"]
             done = subprocess.run(
                 [
                     binary,
@@ -211,6 +284,7 @@ def limit(
                     f"--transactions={per_client}",
                     f"--protocol={protocol}",
                     f"--file={script}",
+                    *(start if shape == "one_statement" else []),
                     target,
                 ],
                 capture_output=True,
@@ -224,7 +298,9 @@ def limit(
         with connect(db) as conn:
             available, other = conn.execute(LEFT).fetchone()  # type: ignore[misc]
     consumed = clients * per_client * batch
-    if report["failed"] or other or available != jobs - consumed:
+    # One statement leaves each client's last batch claimed, not completed.
+    leftover = clients * batch if shape == "one_statement" else 0
+    if report["failed"] or other != leftover or available != jobs - consumed:
         raise RuntimeError(
             f"pgbench limit at batch {batch}: {report['failed']} failed transactions, "
             f"{available} jobs left where {jobs - consumed} were expected, {other} not deleted"
@@ -241,6 +317,7 @@ def limit(
         "seconds": round(report["transactions"] / report["tps"], 4),
         "jobs_per_s": round(report["tps"] * batch, 1),
         "protocol": protocol,
+        "shape": shape,
         "history": history,
         "pgbench": binary,
     }

@@ -5,6 +5,10 @@ main (the entry point and `run`), verbs (what every verb shares), operator (`sta
 status_view (the `status` report), tables (plain-text output).
 """
 
-from supervisor.cli.main import main
+from supervisor.clash import check_package_is_ours
+
+check_package_is_ours()
+
+from supervisor.cli.main import main  # noqa: E402
 
 __all__ = ["main"]

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import operator  # noqa: F401
+    from supervisor.cli import jobs, operator, queues, schedules  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from supervisor.cli import schedules
+from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.tables import age, clock_time, iso, safe, table
 from supervisor.config import Config, PoolConfig
 from supervisor.queue import maintenance
@@ -37,6 +39,8 @@ class QueueRow:
     scheduled: int = 0
     running: int = 0
     discarded: int = 0
+    cancelled: int = 0
+    paused: bool = False
     oldest_ready_age: float | None = None
     pools: list[str] = field(default_factory=list)
     # window -> outcome -> jobs; None when history is off.
@@ -92,6 +96,7 @@ class Status:
     queues: list[QueueRow]
     pools: list[PoolConfig]
     supervisors: list[SupervisorView]
+    schedules: list[ScheduleRow] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -101,6 +106,11 @@ class Status:
                 found.append(
                     f"queue {safe(q.queue)}: the oldest ready job has waited "
                     f"{age(q.oldest_ready_age)} (more than {age(LATE_AFTER)})"
+                )
+            if q.paused:
+                found.append(
+                    f"queue {safe(q.queue)} is paused: {_jobs(q.available)} due wait for "
+                    "`queues resume`"
                 )
             if q.unserved:
                 found.append(
@@ -140,6 +150,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         q = queue(stats.queue)
         q.available, q.scheduled = stats.available, stats.scheduled
         q.running, q.discarded = stats.running, stats.discarded
+        q.cancelled, q.paused = stats.cancelled, stats.paused
         # The query reports 0 for a queue with nothing due; "no ready job" is not "fresh".
         q.oldest_ready_age = stats.oldest_ready_age if stats.available else None
     if config.history.enabled:
@@ -152,6 +163,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         queues=[queues[name] for name in sorted(queues)],
         pools=list(config.pools.values()),
         supervisors=_supervisors(conn),
+        schedules=schedules.gather(conn, config, now),
     )
 
 
@@ -199,6 +211,8 @@ def to_json(status: Status) -> dict[str, Any]:
                 "scheduled": q.scheduled,
                 "running": q.running,
                 "discarded": q.discarded,
+                "cancelled": q.cancelled,
+                "paused": q.paused,
                 "oldest_ready_age_seconds": q.oldest_ready_age,
                 "late": q.late,
                 "pools": q.pools,
@@ -223,6 +237,7 @@ def to_json(status: Status) -> dict[str, Any]:
             {"host": host, "supervisors": [_supervisor_json(s) for s in members]}
             for host, members in _by_host(status.supervisors)
         ],
+        "schedules": schedules.to_json(status.schedules),
         "warnings": status.warnings(),
     }
 
@@ -274,6 +289,7 @@ def render(status: Status) -> list[str]:
     lines += _pool_lines(status.pools)
     lines += ["", "SUPERVISORS"]
     lines += _supervisor_lines(status.supervisors)
+    lines += schedules.lines(status.schedules)
     warnings = status.warnings()
     lines += ["", "ATTENTION" if warnings else "Nothing needs attention."]
     lines += [f"  ! {w}" for w in warnings]
@@ -283,7 +299,15 @@ def render(status: Status) -> list[str]:
 def _queue_lines(status: Status) -> list[str]:
     if not status.queues:
         return ["QUEUES: none configured and no jobs"]
-    headers = ["QUEUE", "AVAILABLE", "SCHEDULED", "RUNNING", "DISCARDED", "OLDEST READY"]
+    headers = [
+        "QUEUE",
+        "AVAILABLE",
+        "SCHEDULED",
+        "RUNNING",
+        "DISCARDED",
+        "CANCELLED",
+        "OLDEST READY",
+    ]
     if status.history:
         headers += ["COMPLETED 1m/5m/15m", "DISCARDED 1m/5m/15m"]
     headers.append("NOTE")
@@ -295,13 +319,18 @@ def _queue_lines(status: Status) -> list[str]:
             q.scheduled,
             q.running,
             q.discarded,
+            q.cancelled,
             age(q.oldest_ready_age),
         ]
         if q.throughput is not None:
             row += [
                 "/".join(str(q.throughput[w][outcome]) for w, _ in WINDOWS) for outcome in OUTCOMES
             ]
-        notes = (["LATE"] if q.late else []) + (["NO POOL"] if q.unserved else [])
+        notes = (
+            (["PAUSED"] if q.paused else [])
+            + (["LATE"] if q.late else [])
+            + (["NO POOL"] if q.unserved else [])
+        )
         row.append(", ".join(notes))
         rows.append(row)
     lines = ["QUEUES", *table(headers, rows, right=range(1, len(headers) - 1))]

@@ -31,6 +31,7 @@ from supervisor.config.model import (
     PoolConfig,
     PurgeConfig,
     RescueConfig,
+    ScheduleConfig,
     VacuumConfig,
 )
 from supervisor.config.reader import Reader, SyntaxProblem, compose, describe
@@ -49,6 +50,7 @@ __all__ = [
     "PoolConfig",
     "PurgeConfig",
     "RescueConfig",
+    "ScheduleConfig",
     "VacuumConfig",
     "load_config",
     "parse_config",

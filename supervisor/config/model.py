@@ -144,6 +144,21 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class ScheduleConfig:
+    """A periodic job: one job of ``kind`` per tick of ``cron`` (in ``timezone``) or ``every``."""
+
+    name: str
+    kind: str
+    cron: str | None = None  # five-field cron expression; exactly one of cron / every
+    every: float | None = None  # seconds; ticks fall on multiples of it since the Unix epoch
+    args: Mapping[str, object] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    timezone: str = "UTC"
+    missed: str = "skip"  # or "run_once": what to do about ticks missed while none ran
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     database: DatabaseConfig
@@ -158,6 +173,7 @@ class Config:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.
     host: str | None = None

@@ -26,8 +26,9 @@ OUTCOMES = {
     Counter.SNOOZED: "snoozed",
     Counter.RELEASED: "released",
     Counter.LOST: "lost_lease",
+    Counter.CANCELLED: "cancelled",
 }
-QUEUE_STATES = ("available", "scheduled", "running", "discarded")
+QUEUE_STATES = ("available", "scheduled", "running", "discarded", "cancelled")
 
 
 @dataclass
@@ -123,6 +124,9 @@ def queue_families(master: MasterView, snapshot: QueueSnapshot | None, now: floa
         "gauge",
         "Seconds since pgq_queue_jobs and pgq_queue_oldest_ready_age_seconds were read.",
     )
+    paused = Family(
+        "pgq_queue_paused", "gauge", "1 while the queue is paused (`queues pause`), else 0."
+    )
     if snapshot is not None:
         # Configured queues with no rows at all still get their zeros: a series that vanishes
         # when a queue drains would break dashboards and "absent" alerts.
@@ -134,8 +138,9 @@ def queue_families(master: MasterView, snapshot: QueueSnapshot | None, now: floa
             for state in QUEUE_STATES:
                 jobs.add(getattr(row, state), queue=name, state=state)
             oldest.add(row.oldest_ready_age, queue=name)
+            paused.add(1 if row.paused else 0, queue=name)
         age.add(max(0.0, now - snapshot.taken))
-    return [up, jobs, oldest, age]
+    return [up, jobs, oldest, paused, age]
 
 
 def pool_families(totals: Mapping[str, PoolTotals]) -> list[Family]:
@@ -201,6 +206,11 @@ def master_families(c: MasterCounters) -> list[Family]:
         recycles.add(n, pool=pool, kind=kind)
     simple = [
         ("pgq_job_timeouts_total", "Jobs that ran past their kind's timeout.", c.timeouts),
+        (
+            "pgq_cancel_stops_total",
+            "Running jobs whose child was stopped because the job was cancelled.",
+            c.cancel_stops,
+        ),
         (
             "pgq_hard_memory_kills_total",
             "Children killed for going above their pool's hard memory limit.",

@@ -22,12 +22,16 @@ class MasterCounters:
     requeued_after_crash: int = 0
     discarded_after_crash: int = 0
     timeouts: int = 0
+    # Running jobs stopped because someone cancelled them (`jobs cancel`).
+    cancel_stops: int = 0
     hard_memory_kills: int = 0
     purged: int = 0
     restarts: dict[tuple[str, str], int] = field(default_factory=dict)
     recycles: dict[tuple[str, str], int] = field(default_factory=dict)
     rescuer_runs: int = 0
     vacuums: int = 0
+    staged: int = 0  # scheduled jobs this master made available at their run_at
+    schedule_jobs: int = 0  # jobs this master enqueued for periodic schedules' ticks
 
     def restart(self, pool: str, reason: str) -> None:
         self.restarts[(pool, reason)] = self.restarts.get((pool, reason), 0) + 1

@@ -36,6 +36,11 @@ class JobContext:
     _check_lease: Callable[[], bool] | None = field(default=None, repr=False)
     _checked_at: float = field(default=float("-inf"), repr=False)
     _held: bool = field(default=True, repr=False)
+    _check_cancel: Callable[[], bool] | None = field(default=None, repr=False)
+    _cancel_checked_at: float = field(default=float("-inf"), repr=False)
+    # Set once cancelled() returned True: the supervisor then records the job as cancelled
+    # whatever the handler does next.
+    cancel_seen: bool = field(default=False, repr=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -61,3 +66,19 @@ class JobContext:
             self._held = self._check_lease()
             self._checked_at = now
         return self._held
+
+    def cancelled(self) -> bool:
+        """Whether someone cancelled this job (``jobs cancel``, ``supervisor.cancel``).
+
+        A handler on a threaded pool should check it between steps and return (or raise) once
+        it is True: the job then ends ``cancelled`` and is not retried. In a single-threaded pool
+        the master stops the child anyway, within about a second. Asks the database at most
+        once a second.
+        """
+        if self.cancel_seen or self._check_cancel is None:
+            return self.cancel_seen
+        now = time.monotonic()
+        if now - self._cancel_checked_at >= LEASE_CHECK_TTL:
+            self.cancel_seen = self._check_cancel()
+            self._cancel_checked_at = now
+        return self.cancel_seen

@@ -3,16 +3,21 @@
 The job row joins whatever transaction the caller is in, so it exists if and only if the
 caller commits: no job for a rolled-back order, no order without its job. Every argument is
 checked before anything is sent, so a bad enqueue raises without writing.
+
+The sync and async functions share everything but the I/O: validation, statements and the
+handling of what comes back live in generators that yield each statement to run (a ``_Step``)
+and receive its rows; ``_run`` drives them on a ``psycopg.Connection``, ``_run_async`` on a
+``psycopg.AsyncConnection``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
@@ -169,6 +174,98 @@ def _validate(job: NewJob) -> _Row:
     )
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One statement for a driver to run, and how much of its result to send back."""
+
+    name: str
+    params: Mapping[str, Any]
+    fetch: Literal["one", "all", "none"]
+
+
+# What a step's generator receives back: one row, all rows, or nothing.
+_Steps = Generator[_Step, Any, Any]
+
+
+def _run(conn: psycopg.Connection[Any], steps: _Steps) -> Any:
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            cursor = conn.execute(query(step.name), step.params)
+            if step.fetch == "one":
+                reply = cursor.fetchone()
+            elif step.fetch == "all":
+                reply = cursor.fetchall()
+            else:
+                reply = None
+    except StopIteration as done:
+        return done.value
+
+
+async def _run_async(conn: psycopg.AsyncConnection[Any], steps: _Steps) -> Any:
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            cursor = await conn.execute(query(step.name), step.params)
+            if step.fetch == "one":
+                reply = await cursor.fetchone()
+            elif step.fetch == "all":
+                reply = await cursor.fetchall()
+            else:
+                reply = None
+    except StopIteration as done:
+        return done.value
+
+
+def _new_job(
+    kind: str,
+    args: Mapping[str, Any] | None,
+    queue: str,
+    priority: int,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    max_attempts: int,
+    unique_key: str | None,
+) -> _Row:
+    return _validate(
+        NewJob(
+            kind,
+            {} if args is None else args,
+            queue,
+            priority,
+            delay,
+            run_at,
+            max_attempts,
+            unique_key,
+        )
+    )
+
+
+def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
+    params = {
+        "queue": row.queue,
+        "kind": row.kind,
+        "args": row.args,
+        "priority": row.priority,
+        "run_at": row.run_at,
+        "delay": row.delay,
+        "max_attempts": row.max_attempts,
+        "unique_key": row.unique_key,
+        "notify": notify,
+    }
+    while True:
+        inserted = yield _Step("enqueue", params, "one")
+        if inserted is not None:
+            return int(inserted[0])
+        existing = yield _Step("job_by_unique_key", {"unique_key": row.unique_key}, "one")
+        if existing is not None:
+            return int(existing[0])
+        # The holder of the key finished between our insert and our look-up: the key is free
+        # again, so the insert can now succeed.
+
+
 def enqueue(
     conn: psycopg.Connection[Any],
     kind: str,
@@ -184,58 +281,38 @@ def enqueue(
 ) -> int:
     """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
 
-    Higher ``priority`` runs first within a queue. With ``unique_key``, an enqueue while a job
-    with that key is available or running returns that job's id and writes nothing.
+    Higher ``priority`` runs first within a queue. A job due later (``delay``, ``run_at``) waits
+    as 'scheduled' until a supervisor's stager makes it available at its time. With
+    ``unique_key``, an enqueue while a job with that key waits or runs returns that job's id and
+    writes nothing.
     """
-    row = _validate(
-        NewJob(
-            kind,
-            {} if args is None else args,
-            queue,
-            priority,
-            delay,
-            run_at,
-            max_attempts,
-            unique_key,
-        )
-    )
-    params = {
-        "queue": row.queue,
-        "kind": row.kind,
-        "args": row.args,
-        "priority": row.priority,
-        "run_at": row.run_at,
-        "delay": row.delay,
-        "max_attempts": row.max_attempts,
-        "unique_key": row.unique_key,
-        "notify": notify,
-    }
-    while True:
-        inserted = conn.execute(query("enqueue"), params).fetchone()
-        if inserted is not None:
-            return int(inserted[0])
-        existing = conn.execute(
-            query("job_by_unique_key"), {"unique_key": row.unique_key}
-        ).fetchone()
-        if existing is not None:
-            return int(existing[0])
-        # The holder of the key finished between our insert and our look-up: the key is free
-        # again, so the insert can now succeed.
+    row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key)
+    return int(_run(conn, _enqueue_steps(row, notify)))
 
 
-def enqueue_many(
-    conn: psycopg.Connection[Any], jobs: Iterable[NewJob], *, notify: bool = True
-) -> list[int]:
-    """Enqueue many jobs in one statement on ``conn``; returns their ids in input order.
+async def enqueue_async(
+    conn: psycopg.AsyncConnection[Any],
+    kind: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    unique_key: str | None = None,
+    notify: bool = True,
+) -> int:
+    """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
+    row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key)
+    return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
-    A job whose unique key is already held (or repeated earlier in the batch) gets the id of the
-    job holding it. Every job is validated before anything is sent.
-    """
-    rows = [_validate(job) for job in jobs]
+
+def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     if not rows:
         return []
-    cursor = conn.execute(
-        query("enqueue_many"),
+    returned = yield _Step(
+        "enqueue_many",
         {
             "queues": [r.queue for r in rows],
             "kinds": [r.kind for r in rows],
@@ -246,28 +323,15 @@ def enqueue_many(
             "max_attempts": [r.max_attempts for r in rows],
             "unique_keys": [r.unique_key for r in rows],
         },
+        "all",
     )
-    ids = _ids_in_input_order(conn, rows, cursor.fetchall())
-    if notify:
-        due = sorted({r.queue for r in rows if r.run_at is None and r.delay == 0})
-        if due:
-            conn.execute(query("notify_queues"), {"queues": due})
-    return ids
-
-
-def _ids_in_input_order(
-    conn: psycopg.Connection[Any], rows: list[_Row], returned: list[tuple[Any, ...]]
-) -> list[int]:
-    """Match returned (id, unique_key) rows to the input.
-
-    Rows without a unique key always insert and come back in input order; a row with a key gets
-    the id of whichever job holds that key, inserted now or already there.
-    """
-    plain = iter([int(job_id) for job_id, key in returned if key is None])
-    by_key = {key: int(job_id) for job_id, key in returned if key is not None}
+    # Rows without a unique key always insert and come back in input order; a row with a key
+    # gets the id of whichever job holds that key, inserted now or already there.
+    plain = iter([int(job_id) for job_id, key, _ in returned if key is None])
+    by_key = {key: int(job_id) for job_id, key, _ in returned if key is not None}
     missing = sorted({r.unique_key for r in rows if r.unique_key and r.unique_key not in by_key})
     if missing:
-        found = conn.execute(query("jobs_by_unique_keys"), {"unique_keys": missing}).fetchall()
+        found = yield _Step("jobs_by_unique_keys", {"unique_keys": missing}, "all")
         by_key.update({key: int(job_id) for key, job_id in found})
     ids = []
     for row in rows:
@@ -280,4 +344,30 @@ def _ids_in_input_order(
                 f"job {row.kind!r}: the job holding unique key {row.unique_key!r} finished during "
                 "this enqueue; enqueue it again"
             )
+    if notify:
+        due = sorted({r.queue for r in rows if r.run_at is None and r.delay == 0})
+        if due:
+            yield _Step("notify_queues", {"queues": due}, "none")
+        if any(scheduled for _, _, scheduled in returned):
+            yield _Step("notify_scheduled", {}, "none")
     return ids
+
+
+def enqueue_many(
+    conn: psycopg.Connection[Any], jobs: Iterable[NewJob], *, notify: bool = True
+) -> list[int]:
+    """Enqueue many jobs in one statement on ``conn``; returns their ids in input order.
+
+    A job whose unique key is already held (or repeated earlier in the batch) gets the id of the
+    job holding it. Every job is validated before anything is sent.
+    """
+    rows = [_validate(job) for job in jobs]
+    return list(_run(conn, _enqueue_many_steps(rows, notify)))
+
+
+async def enqueue_many_async(
+    conn: psycopg.AsyncConnection[Any], jobs: Iterable[NewJob], *, notify: bool = True
+) -> list[int]:
+    """``enqueue_many`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
+    rows = [_validate(job) for job in jobs]
+    return list(await _run_async(conn, _enqueue_many_steps(rows, notify)))

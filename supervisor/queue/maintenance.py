@@ -158,7 +158,8 @@ def purge_discarded(
     kind: str | None = None,
     queue: str | None = None,
 ) -> int:
-    """Delete dead letters that finished before ``older_than``, in batches; returns how many.
+    """Delete dead letters and cancelled jobs that finished before ``older_than``, in batches;
+    returns how many.
 
     ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any.
     """
@@ -282,10 +283,13 @@ class QueueStats:
     running: int
     discarded: int
     oldest_ready_age: float
+    cancelled: int = 0
+    paused: bool = False
 
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
+    """Per queue figures; a paused queue is listed even when it holds no jobs."""
     return [
-        QueueStats(q, int(a), int(s), int(r), int(d), float(age))
-        for q, a, s, r, d, age in conn.execute(query("queue_stats")).fetchall()
+        QueueStats(q, int(a), int(s), int(r), int(d), float(age), int(c), bool(paused))
+        for q, a, s, r, d, c, age, paused in conn.execute(query("queue_stats")).fetchall()
     ]

@@ -77,15 +77,20 @@ class Settlement:
     """A fenced write that ends a claim other than by success (see the settle query)."""
 
     job: Job
-    state: str  # 'available' or 'discarded'
+    state: str  # 'available' (or 'scheduled' when delayed), 'discarded' or 'cancelled'
     delay: float | None  # None keeps run_at
     refund: int  # 1 gives the attempt back
     error: str | None  # None keeps the previous last_error
 
     @property
+    def scheduled(self) -> bool:
+        """Whether the job waits for a later run_at (the settle query writes 'scheduled')."""
+        return self.state == "available" and self.delay is not None and self.delay > 0
+
+    @property
     def label(self) -> str:
-        if self.state == "discarded":
-            return "discarded"
+        if self.state in ("discarded", "cancelled"):
+            return self.state
         if self.refund:
             return "released" if self.delay is None else "snoozed"
         return "retried"
@@ -102,6 +107,11 @@ def snooze(job: Job, delay: float | timedelta) -> Settlement:
 
 def discard(job: Job, reason: str) -> Settlement:
     return Settlement(job, "discarded", None, 0, clip_error(reason))
+
+
+def cancelled(job: Job, reason: str) -> Settlement:
+    """End a job someone cancelled while it ran (its handler saw ``job.cancelled()``)."""
+    return Settlement(job, "cancelled", None, 0, clip_error(reason))
 
 
 def retry(

@@ -45,6 +45,7 @@ class Counter(IntEnum):
     RELEASED = 9
     LOST = 10
     UNKNOWN_KIND = 11
+    CANCELLED = 15
 
 
 _READY = 1

@@ -65,6 +65,9 @@ class Results:
     # After the database refused an outcome (a trigger, a constraint), when to try it again.
     retry_at: float = 0.0
     retry_delay: float = 0.0
+    # Called after retries or snoozes for later were written, so the master's stager wakes
+    # for them at their run_at (the child reports it through its pipe; no NOTIFY on updates).
+    on_scheduled: Callable[[], None] | None = None
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -125,9 +128,14 @@ class Results:
             if settled is not None
             else None,
         )
+        self._announce(self.settled)
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         return after
+
+    def _announce(self, settled: list[outcomes.Settlement]) -> None:
+        if self.on_scheduled is not None and any(s.scheduled for s in settled):
+            self.on_scheduled()
 
     def _write_one_by_one(
         self, conn: psycopg.Connection[Any], board: Board, pool: str, history: bool
@@ -143,6 +151,7 @@ class Results:
                     else:
                         result = jobs_api.settle(conn, [settlement], history=history)
                         _tally(board, pool, None, [settlement], result)
+                        self._announce([settlement])
                 except psycopg.OperationalError:
                     raise
                 except psycopg.Error as exc:
@@ -210,6 +219,7 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
         "retried": Counter.RETRIED,
         "snoozed": Counter.SNOOZED,
         "released": Counter.RELEASED,
+        "cancelled": Counter.CANCELLED,
     }[s.label]
     board.count(counter)
 
@@ -217,7 +227,16 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
 def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
     job = s.job
     first_line = (s.error or "").strip().splitlines()[-1:] or [""]
-    if s.label == "discarded":
+    if s.label == "cancelled":
+        log.info(
+            "job %s (%s) on queue %s cancelled during attempt %s",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            extra=job_fields(job, pool),
+        )
+    elif s.label == "discarded":
         log.error(
             "job %s (%s) on queue %s discarded after attempt %s: %s",
             job.id,
@@ -254,6 +273,7 @@ class Executor:
         kinds: list[str],
         board: Board,
         lease_check: Callable[[Job], bool],
+        cancel_check: Callable[[Job], bool],
         interruptible_thread: int | None,
     ) -> None:
         self.config = config
@@ -263,6 +283,7 @@ class Executor:
         self.kind_index = {kind: i for i, kind in enumerate(kinds)}
         self.board = board
         self.lease_check = lease_check
+        self.cancel_check = cancel_check
         # Handlers on this thread run on the process's main thread, where a signal handler can
         # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
         self.interruptible_thread = interruptible_thread
@@ -305,6 +326,7 @@ class Executor:
                 created_at=job.created_at,
                 deadline=started + policy.timeout if policy.timeout else None,
                 _check_lease=lambda: self.lease_check(job),
+                _check_cancel=lambda: self.cancel_check(job),
             )
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
@@ -312,6 +334,9 @@ class Executor:
             self.interruptible = thread == self.interruptible_thread
             handler(job.args, context)
             self.interruptible = False
+            if context is not None and context.cancel_seen:
+                # It saw the cancel and stopped early: its return is not a success.
+                settlement = outcomes.cancelled(job, "cancelled while running; the handler stopped")
         except JobTimeout:
             self.interruptible = False
             settlement = outcomes.failure(

@@ -27,7 +27,9 @@ from supervisor.runtime.board import State
 from supervisor.runtime.children import Child, Slot, host_identity, spawn
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
+from supervisor.runtime.scheduler import Scheduler
 from supervisor.runtime.services import (
+    CancelWatch,
     LeaseRenewal,
     MemoryWatch,
     PendingRequeue,
@@ -38,6 +40,7 @@ from supervisor.runtime.services import (
     Service,
     TimeoutWatch,
 )
+from supervisor.runtime.stager import Stager
 from supervisor.runtime.vacuum import QueueVacuum
 
 if TYPE_CHECKING:
@@ -52,6 +55,11 @@ KILL_GRACE = 5.0
 # Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
 BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
+# Jobs were scheduled for later: the stager reads the earliest run_at again.
+SCHEDULED_CHANNEL = "pgq_scheduled"
+# How often the master looks for cancel requests on its children's jobs: a cancelled running
+# job stops within about this long (one probe of an index that is almost always empty).
+CANCEL_CHECK_EVERY = 1.0
 # Recycles by the child's own decision; "hard" (killed above the hard memory limit) is counted
 # by MemoryWatch when it decides the kill.
 RECYCLE_KINDS: dict[ChildExit | None, str] = {
@@ -97,7 +105,9 @@ class Master:
                 listen_dsn,
                 name="listener",
                 connect_timeout=config.database.connect_timeout,
-                on_connect=lambda conn: conn.execute(f"LISTEN {NOTIFY_CHANNEL}"),
+                on_connect=lambda conn: conn.execute(
+                    f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
+                ),
             )
             if listen_dsn is not None
             else None
@@ -114,6 +124,7 @@ class Master:
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
         self.vacuum = QueueVacuum(self, self.selector)
+        self.stager = Stager(self)
         self.services: list[Service] = []
         self.title = ""
 
@@ -191,8 +202,11 @@ class Master:
             purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
+            CancelWatch(self, CANCEL_CHECK_EVERY),
             Registry(self, 5.0),
             self.requeuer,
+            self.stager,
+            Scheduler(self),
         ]
         self.vacuum.configure(config.vacuum)
         if config.vacuum.enabled:
@@ -403,6 +417,8 @@ class Master:
             return
         if b"M" in data:
             self.wake_idle(child.pool, exclude=child)
+        if b"S" in data:
+            self.stager.soon()
 
     def kill_child(self, child: Child, reason: str) -> None:
         """Stop a child now: TERM its process group, KILL it after a grace period."""
@@ -453,10 +469,13 @@ class Master:
     def read_notifications(self) -> None:
         if self.listener is None:
             return
-        payloads = self.listener.run(
-            "listen", lambda conn: [n.payload for n in conn.notifies(timeout=0)]
+        notifies = self.listener.run(
+            "listen", lambda conn: [(n.channel, n.payload) for n in conn.notifies(timeout=0)]
         )
-        for queue in dict.fromkeys(payloads or []):
+        queues = [payload for channel, payload in notifies or [] if channel == NOTIFY_CHANNEL]
+        if len(queues) < len(notifies or []):
+            self.stager.soon()
+        for queue in dict.fromkeys(queues):
             for runtime in self.pools.values():
                 if queue in runtime.config.queues:
                     self.wake_idle(runtime.config.name, queue=queue)

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from supervisor.observability.view import MasterCounters
+from supervisor.queue import control, locks, maintenance
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue import locks, maintenance
+from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
 from supervisor.runtime.children import Child
 from supervisor.runtime.database import MasterDatabase
@@ -222,6 +223,48 @@ class TimeoutWatch(Service):
                         f"{job.deadline - job.started:g}s",
                     )
                     break
+
+
+class CancelWatch(Service):
+    """Stops the running jobs someone cancelled. A single-threaded child running one has its
+    process group stopped, as a timeout would (the write that ends the claim then makes the job
+    'cancelled'); a threaded child's handler is told through ``job.cancelled()``, since stopping
+    the child would stop its other threads' jobs too. A job claimed but not started yet is
+    stopped once it starts."""
+
+    name = "cancel watch"
+
+    def __init__(self, host: Host, interval: float) -> None:
+        super().__init__(host, interval)
+        self.told: set[int] = set()  # threaded jobs already logged as asked to stop
+
+    def run_once(self) -> None:
+        by_worker = {c.worker_id: c for c in self.host.live_children()}
+        requests = self.host.db.run(
+            "cancel watch", lambda conn: control.cancel_requests(conn, list(by_worker))
+        )
+        still_told: set[int] = set()
+        for request in requests or []:
+            child = by_worker.get(request.worker)
+            if child is None or child.kill_reason:
+                continue
+            if request.id not in {job.job_id for job in child.board.running_jobs()}:
+                continue
+            what = f"job {request.id} ({request.kind}) on queue {request.queue} was cancelled"
+            if child.board.threads > 1:
+                still_told.add(request.id)
+                if request.id not in self.told:
+                    log.info(
+                        "%s; %s#%s runs it on a thread: its handler sees job.cancelled()",
+                        what,
+                        child.pool,
+                        child.slot,
+                        extra={"job_id": request.id, "kind": request.kind, "pool": child.pool},
+                    )
+                continue
+            self.host.counters.cancel_stops += 1
+            self.host.kill_child(child, what)
+        self.told = still_told
 
 
 class Registry(Service):

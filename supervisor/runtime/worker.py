@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import psutil
 import psycopg
 
+from supervisor.queue import control, outcomes
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue import outcomes
 from supervisor.queue.dsn import DatabaseError, connect
 from supervisor.queue.jobs import Job
 from supervisor.runtime import memory
@@ -72,7 +72,7 @@ class ChildSpec:
     kinds: list[str]
     board: Board
     wake_fd: int  # read end: the master writes a byte here to wake an idle child
-    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling)
+    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling), b"S" scheduled
     master_pid: int
     max_jobs: int | None  # already jittered by the master
     inherited_fds: list[int]  # the master's descriptors, closed right after the fork
@@ -97,7 +97,7 @@ class Worker:
         self.draining = False
         self.orphaned = False
         self.conn: psycopg.Connection[Any] | None = None
-        self.results = Results()
+        self.results = Results(on_scheduled=lambda: self._report(b"S"))
         self.jobs_run = 0
         self.last_memory_check = 0.0
         self.process = psutil.Process()
@@ -116,6 +116,7 @@ class Worker:
             kinds=spec.kinds,
             board=spec.board,
             lease_check=self._lease_held,
+            cancel_check=self._cancel_requested,
             interruptible_thread=0 if self.pool.threads == 1 else None,
         )
 
@@ -271,6 +272,14 @@ class Worker:
             return jobs_api.lease_held(self.conn, job)
         except psycopg.Error:
             return False  # cannot confirm ownership: behave as if lost
+
+    def _cancel_requested(self, job: Job) -> bool:
+        if self.conn is None:
+            return False
+        try:
+            return control.cancel_requested(self.conn, job.id, job.lease_id)
+        except psycopg.Error:
+            return False  # cannot tell: keep working; the master still stops a cancelled job
 
     def _claim(self, limit: int) -> list[Job]:
         """Claim from the queue the weights pick, falling through to the others when empty.

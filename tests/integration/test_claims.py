@@ -13,6 +13,7 @@ from supervisor import NewJob, claim, complete, enqueue, enqueue_many, settle
 from supervisor.queue import outcomes
 from supervisor.queue.jobs import LeaseLost, lease_held, renew_leases
 from supervisor.queue.maintenance import rescue
+from supervisor.queue.scheduled import stage_due
 
 
 def _state(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
@@ -116,7 +117,7 @@ def test_failure_reschedules_with_backoff_and_keeps_the_error(
     (job,) = claim(conn, "default", worker="w")
     settle(conn, [outcomes.failure(job, "ValueError: boom")])
     state, attempts, error, _ = _state(conn, job_id)
-    assert (state, attempts, error) == ("available", 1, "ValueError: boom")
+    assert (state, attempts, error) == ("scheduled", 1, "ValueError: boom")
     (delay,) = conn.execute(
         "SELECT extract(epoch FROM run_at - now()) FROM pgq.jobs WHERE id = %s", (job_id,)
     ).fetchone()
@@ -128,6 +129,7 @@ def test_discard_after_max_attempts_keeps_args_and_error(conn: psycopg.Connectio
     job_id = enqueue(conn, "k", {"invoice": 42}, max_attempts=2)
     for attempt in (1, 2):
         conn.execute("UPDATE pgq.jobs SET run_at = now() WHERE id = %s", (job_id,))
+        stage_due(conn)  # the retry waits as scheduled; the stager makes it available
         (job,) = claim(conn, "default", worker="w")
         assert job.attempts == attempt
         settle(conn, [outcomes.failure(job, f"RuntimeError: failure {attempt}")])
@@ -153,7 +155,7 @@ def test_snooze_spends_no_attempt(conn: psycopg.Connection[Any]) -> None:
     (job,) = claim(conn, "default", worker="w")
     settle(conn, [outcomes.settlement_for(job, outcomes.Snooze(30))])
     state, attempts, error, _ = _state(conn, job_id)
-    assert (state, attempts, error) == ("available", 0, None)
+    assert (state, attempts, error) == ("scheduled", 0, None)
     (wait,) = conn.execute(
         "SELECT extract(epoch FROM run_at - now()) FROM pgq.jobs WHERE id = %s", (job_id,)
     ).fetchone()
@@ -181,9 +183,9 @@ def test_typed_outcomes(conn: psycopg.Connection[Any]) -> None:
         ],
     )
     retried, discarded, failed = (_state(conn, i) for i in ids)
-    assert retried[:3] == ("available", 1, "retry requested: rate limited")
+    assert retried[:3] == ("scheduled", 1, "retry requested: rate limited")
     assert discarded[:3] == ("discarded", 1, "discarded by handler: customer deleted")
-    assert failed[0] == "available" and "KeyError: 'missing'" in failed[2]
+    assert failed[0] == "scheduled" and "KeyError: 'missing'" in failed[2]
 
 
 def test_backoff_grows_and_is_capped() -> None:

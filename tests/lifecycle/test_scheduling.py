@@ -273,27 +273,6 @@ def test_a_threaded_child_with_a_free_thread_is_woken_while_others_run(
     sup.kill_everything()
 
 
-def test_a_delayed_job_starts_within_a_second_of_its_run_at(
-    supervisor: Callable[..., Supervisor], ledger: str
-) -> None:
-    sup = supervisor("""
-        handlers: {record: tests.handlers:record}
-        pools:
-          main: {processes: 1, queues: {default: 1}}
-    """).start()
-    sup.wait_children(1)
-    with psycopg.connect(ledger, autocommit=True) as conn:
-        job_id = enqueue(conn, "record", delay=2.0)
-        (run_at,) = conn.execute("SELECT run_at FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone()
-    started = wait_for(
-        lambda: scalar(ledger, "SELECT min(at) FROM test_ledger"),
-        timeout=10,
-        what="delayed job ran",
-    )
-    assert 0 <= (started - run_at).total_seconds() < 1.2
-    sup.stop()
-
-
 def test_two_supervisors_share_the_work_and_one_rescuer(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:

@@ -1,0 +1,199 @@
+"""`jobs`: look at jobs in any state, cancel them, run a waiting one now.
+
+`jobs list` and `jobs show` read; `jobs cancel` and `jobs retry` write only the jobs named and
+say, id by id, what they did. Ages are measured on the database's clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from supervisor.cli.session import positive_int, server_clock, session
+from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
+from supervisor.cli.verbs import Context, verb
+from supervisor.queue import control
+from supervisor.runtime.exits import MasterExit
+
+ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
+
+
+def jobs_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="jobs_command", metavar="COMMAND", required=True)
+    p = sub.add_parser("list", help="jobs in any state, newest first")
+    p.add_argument("--state", choices=control.STATES, help="only jobs in this state")
+    p.add_argument("--queue", help="only jobs of this queue")
+    p.add_argument("--kind", help="only jobs of this kind")
+    p.add_argument(
+        "--limit", type=positive_int, default=50, metavar="N", help="at most this many (50)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+
+    p = sub.add_parser("show", help="everything about one job, and where it runs")
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+
+    p = sub.add_parser(
+        "cancel",
+        help="cancel jobs: a waiting one never runs, a running one is stopped",
+        description="Cancel jobs. A waiting job becomes cancelled at once; a running one is "
+        "stopped by the supervisor running it within about a second, and is not retried.",
+    )
+    p.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+
+    p = sub.add_parser(
+        "retry",
+        help="run a waiting job now (one waiting for its retry, or scheduled for later)",
+    )
+    p.add_argument("id", type=positive_int, metavar="ID")
+
+
+@verb("jobs", "jobs in any state: list, show, cancel, retry", jobs_arguments)
+def jobs_verb(ctx: Context) -> int:
+    commands: dict[str, Callable[[Context], int]] = {
+        "list": jobs_list,
+        "show": jobs_show,
+        "cancel": jobs_cancel,
+        "retry": jobs_retry,
+    }
+    return commands[ctx.args.jobs_command](ctx)
+
+
+def _fail(message: str) -> int:
+    print(f"pgq-supervisor jobs: {message}", file=sys.stderr)
+    return MasterExit.ERROR
+
+
+def _last_line(error: str | None) -> str:
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    text = safe(lines[-1]) if lines else ""
+    return text if len(text) <= ERROR_COLUMN else text[: ERROR_COLUMN - 1] + "…"
+
+
+def _when(job: control.JobRow, now: datetime) -> str:
+    """The moment that matters for the job's state, as an age."""
+    if job.state in ("discarded", "cancelled") and job.finished_at is not None:
+        return f"finished {age((now - job.finished_at).total_seconds())} ago"
+    if job.state == "running" and job.started_at is not None:
+        return f"running {age((now - job.started_at).total_seconds())}"
+    wait = (job.run_at - now).total_seconds()
+    return f"due in {age(wait)}" if wait > 0 else f"due {age(-wait)} ago"
+
+
+def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: iso(v) if isinstance(v, datetime) else v for k, v in value.items()}
+
+
+def jobs_list(ctx: Context) -> int:
+    a = ctx.args
+    with session(ctx, snapshot=True) as conn, conn.transaction():
+        now = server_clock(conn)
+        jobs = control.list_jobs(conn, state=a.state, queue=a.queue, kind=a.kind, limit=a.limit)
+    if a.json:
+        document = {"generated_at": iso(now), "jobs": [_jsonable(asdict(j)) for j in jobs]}
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return MasterExit.OK
+    if not jobs:
+        print("no jobs match")
+        return MasterExit.OK
+    rows = [
+        [
+            j.id,
+            safe(j.kind),
+            safe(j.queue),
+            j.state + (" (cancelling)" if j.state == "running" and j.cancel_requested_at else ""),
+            f"{j.attempts}/{j.max_attempts}",
+            _when(j, now),
+            _last_line(j.last_error),
+        ]
+        for j in jobs
+    ]
+    headers = ["ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "WHEN", "LAST ERROR"]
+    print("\n".join(table(headers, rows, right=(0,))))
+    more = "; --limit N shows more" if len(jobs) == a.limit else ""
+    print(f"{len(jobs)} jobs, newest first{more}")
+    return MasterExit.OK
+
+
+def jobs_show(ctx: Context) -> int:
+    with session(ctx, snapshot=True) as conn, conn.transaction():
+        now = server_clock(conn)
+        job = control.show_job(conn, ctx.args.id)
+    if job is None:
+        return _fail(f"no job {ctx.args.id}: it completed, was purged, or never existed")
+    if ctx.args.json:
+        print(json.dumps(_jsonable(asdict(job)), indent=2, ensure_ascii=False))
+        return MasterExit.OK
+
+    def when(moment: datetime | None) -> str:
+        if moment is None:
+            return "-"
+        seconds = (now - moment).total_seconds()
+        return f"{clock_time(moment)} ({age(abs(seconds))} {'ago' if seconds >= 0 else 'from now'})"
+
+    state = job.state
+    if job.cancel_requested_at is not None and state == "running":
+        state += f", cancel requested {when(job.cancel_requested_at)}"
+    lines = [
+        f"job {job.id}: {safe(job.kind)} on queue {safe(job.queue)}, {state}",
+        f"  attempts    {job.attempts} of {job.max_attempts}",
+        f"  priority    {job.priority}",
+        f"  unique key  {safe(job.unique_key)}",
+        f"  created     {when(job.created_at)}",
+        f"  run at      {when(job.run_at)}",
+        f"  last run    {when(job.started_at)}",
+        f"  finished    {when(job.finished_at)}",
+    ]
+    if job.state == "running":
+        where = f"worker {safe(job.locked_by)}"
+        if job.pool is not None:
+            where = f"{safe(job.host)}: {job.pool}#{job.slot} (pid {job.pid}), {where}"
+        lines += [f"  runs on     {where}", f"  lease until {when(job.lease_until)}"]
+    args = json.dumps(job.args, indent=2, ensure_ascii=False, sort_keys=True)
+    lines += ["args:", *(f"  {line}" for line in safe_block(args).splitlines()), "last error:"]
+    error = job.last_error
+    lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
+    print("\n".join(lines))
+    return MasterExit.OK
+
+
+def jobs_cancel(ctx: Context) -> int:
+    with session(ctx) as conn, conn.transaction():
+        result = control.cancel(conn, ctx.args.ids, history=ctx.config.history.enabled)
+    if result.cancelled:
+        print(f"cancelled {listing(result.cancelled)} (waiting: they will not run)")
+    if result.requested:
+        print(
+            f"stopping {listing(result.requested)} (running: the supervisor running each one "
+            "stops it within about a second; it ends cancelled, not retried)"
+        )
+    code = MasterExit.OK
+    if result.finished:
+        listed = ", ".join(f"{i} ({state})" for i, state in sorted(result.finished.items()))
+        code = _fail(f"already finished, left as they are: {listed}")
+    if result.missing:
+        code = _fail(f"no job {listing(result.missing)}: completed, purged, or never existed")
+    return code
+
+
+def jobs_retry(ctx: Context) -> int:
+    job_id = ctx.args.id
+    with session(ctx) as conn, conn.transaction():
+        moved = control.retry_now(conn, job_id)
+        job = control.show_job(conn, job_id) if moved is None else None
+    if moved is not None:
+        print(f"job {job_id} on queue {safe(moved.queue)} is due now (attempts kept)")
+        return MasterExit.OK
+    if job is None:
+        return _fail(f"no job {job_id}: it completed, was purged, or never existed")
+    if job.state == "discarded":
+        return _fail(
+            f"job {job_id} is discarded: put it back with "
+            f"`pgq-supervisor -c {ctx.config.path} dlq replay --id {job_id}`"
+        )
+    return _fail(f"job {job_id} is {job.state}, not waiting: nothing to retry")

@@ -1,0 +1,138 @@
+"""Periodic schedules (`schedules:` in the YAML): one job per tick, across every supervisor.
+
+At each tick the master enqueues the schedule's job in one transaction with a row that moves
+the schedule's last tick forward (pgq.schedules). Only one transaction can move it past a given
+tick, so among any number of supervisors, and across restarts, a tick is enqueued once; the
+job also carries the unique key ``schedule:NAME:TICK``. Ticks come from this host's clock and
+the job's run_at is the tick itself, so a host whose clock runs ahead enqueues a job that the
+stager still releases at the tick.
+
+A tick found more than a grace period late (no supervisor ran at its time) was missed:
+``missed: skip`` records it and enqueues nothing, ``missed: run_once`` enqueues one job for the
+latest tick however many were missed. A schedule seen for the first time starts at its next
+tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+
+from supervisor.config import ScheduleConfig
+from supervisor.config.ticks import latest_tick, next_tick
+from supervisor.queue import scheduled
+from supervisor.queue.enqueue import enqueue
+from supervisor.runtime.services import Host, Service
+
+log = logging.getLogger("pgq.master")
+
+# A tick seen later than this (or than one period, when shorter) counts as missed.
+GRACE = 60.0
+# Look at the clock at least this often (a clock that jumps; a database that was down).
+LOOK_EVERY = 30.0
+
+
+def unique_key(name: str, tick: datetime) -> str:
+    return f"schedule:{name}:{tick.isoformat()}"
+
+
+class Scheduler(Service):
+    name = "scheduler"
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host, LOOK_EVERY)
+        # The latest tick this master has dealt with, per schedule (enqueued here or elsewhere).
+        self.done: dict[str, datetime] = {}
+
+    def next_run(self, now: float) -> float:
+        wall = datetime.now(timezone.utc)
+        schedules = self.host.config.schedules.values()
+        wait = min(
+            ((next_tick(s, wall) - wall).total_seconds() for s in schedules),
+            default=self.interval,
+        )
+        return time.monotonic() + min(max(wait, 0.0), self.interval)
+
+    def run_once(self) -> None:
+        self.run_at(datetime.now(timezone.utc))
+
+    def run_at(self, now: datetime) -> None:
+        """Enqueue what the schedules owe at wall-clock time ``now``."""
+        for schedule in self.host.config.schedules.values():
+            tick = latest_tick(schedule, now)
+            if self.done.get(schedule.name) == tick:
+                continue
+            if self.host.db.run(f"schedule {schedule.name}", self._tick(schedule, tick, now)):
+                self.done[schedule.name] = tick
+
+    def _tick(
+        self, schedule: ScheduleConfig, tick: datetime, now: datetime
+    ) -> Callable[[psycopg.Connection[Any]], bool]:
+        def deal(conn: psycopg.Connection[Any]) -> bool:
+            with conn.transaction():
+                last = scheduled.last_tick(conn, schedule.name)
+                if last is not None and last >= tick:
+                    return True  # enqueued by another supervisor, or by this one before
+                if not scheduled.claim_tick(conn, schedule.name, tick):
+                    return True  # another supervisor took this tick a moment ago
+                if last is None:
+                    log.info(
+                        "schedule %s: first seen; its first job is for the tick after %s",
+                        schedule.name,
+                        tick.isoformat(),
+                    )
+                    return True
+                if not should_run(schedule, last, tick, now):
+                    return True
+                job_id = enqueue(
+                    conn,
+                    schedule.kind,
+                    dict(schedule.args),
+                    queue=schedule.queue,
+                    priority=schedule.priority,
+                    run_at=tick,
+                    unique_key=unique_key(schedule.name, tick),
+                )
+                scheduled.record_job(conn, schedule.name, job_id)
+            self.host.counters.schedule_jobs += 1
+            log.info(
+                "schedule %s: enqueued %s job %s on queue %s for the tick at %s",
+                schedule.name,
+                schedule.kind,
+                job_id,
+                schedule.queue,
+                tick.isoformat(),
+                extra={"job_id": job_id, "kind": schedule.kind, "queue": schedule.queue},
+            )
+            return True
+
+        return deal
+
+
+def should_run(schedule: ScheduleConfig, last: datetime, tick: datetime, now: datetime) -> bool:
+    """Whether the job for ``tick`` runs at ``now``, given the schedule's previous tick ``last``.
+
+    The latest tick runs when it is on time, even if earlier ones were missed; a late one runs
+    only with ``missed: run_once``.
+    """
+    period = (next_tick(schedule, tick) - tick).total_seconds()
+    late = (now - tick).total_seconds() > min(GRACE, period)
+    missed = next_tick(schedule, last) < tick
+    if not (late or missed):
+        return True
+    runs = schedule.missed == "run_once" or not late
+    log.warning(
+        "schedule %s: ticks missed while no supervisor ran (previous tick enqueued %s, "
+        "latest %s); missed: %s, so %s",
+        schedule.name,
+        last.isoformat(),
+        tick.isoformat(),
+        schedule.missed,
+        "a job runs for the latest tick" if runs else "no job runs for them",
+    )
+    return runs

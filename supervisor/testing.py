@@ -1,0 +1,197 @@
+"""Helpers for an application's own tests: run a handler inline, or drain a test database.
+
+``run_inline`` calls one handler in the test's process with a real ``JobContext`` and says what
+the supervisor would do with the result (completed, retry, discard, snooze, cancelled), using
+the supervisor's own outcome rules. ``drain`` runs every due job of a database through the
+given handlers, claiming and settling them exactly as a worker does (fenced writes, retries
+with backoff, dead letters), until nothing is due::
+
+    def test_order_sends_its_webhook(conn):
+        create_order(conn, ...)                       # enqueues deliver_webhook
+        report = drain(conn, {"deliver_webhook": deliver_webhook})
+        assert report.completed == 1
+
+Nothing here forks or starts threads; handlers run one after another in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import psycopg
+
+from supervisor.config.handlers import wants_context
+from supervisor.queue import control, outcomes
+from supervisor.queue import jobs as jobs_api
+from supervisor.queue.context import JobContext
+from supervisor.queue.job import Job
+from supervisor.queue.queries import query
+
+Status = Literal["completed", "retry", "discard", "snooze", "cancelled"]
+_STATUS: dict[str, Status] = {
+    "retried": "retry",
+    "discarded": "discard",
+    "snoozed": "snooze",
+    "released": "snooze",
+    "cancelled": "cancelled",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one run of a handler, in the supervisor's terms."""
+
+    status: Status
+    delay: float | None = None  # seconds until the next attempt (retry, snooze)
+    error: str | None = None  # what would be kept in last_error
+    exception: BaseException | None = None  # what the handler raised, if anything
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+
+def _outcome(settlement: outcomes.Settlement | None, exc: BaseException | None) -> Outcome:
+    if settlement is None:
+        return Outcome("completed")
+    return Outcome(_STATUS[settlement.label], settlement.delay, settlement.error, exc)
+
+
+def _call(
+    func: Callable[..., Any], job: Job, context: JobContext
+) -> tuple[outcomes.Settlement | None, BaseException | None]:
+    """Run a handler the way a worker does and map what it did to the supervisor's write."""
+    try:
+        if wants_context(func):
+            func(**job.args, job=context)
+        else:
+            func(**job.args)
+    except Exception as exc:
+        settlement = outcomes.settlement_for(job, exc)
+        if context.cancel_seen:
+            settlement = outcomes.cancelled(job, "cancelled while running; the handler stopped")
+        return settlement, exc
+    if context.cancel_seen:
+        return outcomes.cancelled(job, "cancelled while running; the handler stopped"), None
+    return None, None
+
+
+def run_inline(
+    func: Callable[..., Any],
+    args: Mapping[str, Any] | None = None,
+    *,
+    kind: str = "inline",
+    queue: str = "default",
+    attempt: int = 1,
+    max_attempts: int = 10,
+    job_id: int = 1,
+    lease_held: bool = True,
+    cancelled: bool = False,
+) -> Outcome:
+    """Call ``func(**args)`` (with ``job=`` a real JobContext when it asks for one) and return
+    what the supervisor would do. ``attempt`` and ``max_attempts`` decide, as in production,
+    whether a failure is retried or discarded; ``lease_held`` and ``cancelled`` set what the
+    context's ``lease_held()`` and ``cancelled()`` answer. No database is needed."""
+    now = datetime.now(timezone.utc)
+    job = Job(job_id, queue, kind, dict(args or {}), 0, now, attempt, max_attempts, 0, now, now)
+    context = _context(job, lambda: lease_held, lambda: cancelled)
+    return _outcome(*_call(func, job, context))
+
+
+def _context(job: Job, lease: Callable[[], bool], cancel: Callable[[], bool]) -> JobContext:
+    return JobContext(
+        id=job.id,
+        kind=job.kind,
+        queue=job.queue,
+        attempt=job.attempts,
+        max_attempts=job.max_attempts,
+        lease_id=job.lease_id,
+        worker=f"testing:{os.getpid()}",
+        created_at=job.created_at,
+        _check_lease=lease,
+        _check_cancel=cancel,
+    )
+
+
+@dataclass
+class DrainReport:
+    """Every job a drain ran, in order, with its outcome."""
+
+    runs: list[tuple[Job, Outcome]] = field(default_factory=list)
+
+    def count(self, status: Status) -> int:
+        return sum(1 for _, outcome in self.runs if outcome.status == status)
+
+    @property
+    def completed(self) -> int:
+        return self.count("completed")
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        return dict(Counter(outcome.status for _, outcome in self.runs))
+
+
+def drain(
+    conn: psycopg.Connection[Any],
+    handlers: Mapping[str, Callable[..., Any]],
+    *,
+    queues: list[str] | None = None,
+    max_jobs: int = 10_000,
+    lease_seconds: float = 300.0,
+) -> DrainReport:
+    """Run the jobs that are due now on ``conn`` until none is left (or ``max_jobs`` ran).
+
+    ``handlers`` maps job kinds to functions, like the YAML's ``handlers``. ``conn`` must not be
+    inside a transaction (each claim and each outcome commits, as in a worker); an autocommit
+    connection is simplest. A retried or snoozed job is due later, so a drain ends; a job whose
+    kind has no handler is retried with backoff, as a worker would. ``queues`` limits the drain
+    to those queues; paused queues are skipped, as on a supervisor.
+    """
+    report = DrainReport()
+    worker = f"testing:{os.getpid()}:{time.monotonic_ns()}"
+    while len(report.runs) < max_jobs:
+        due = [row[0] for row in conn.execute(query("due_queues")).fetchall()]
+        if not conn.autocommit:
+            conn.commit()
+        due = [q for q in due if queues is None or q in queues]
+        if not due:
+            return report
+        for queue in due:
+            claimed = jobs_api.claim(
+                conn, queue, worker=worker, limit=1, lease_seconds=lease_seconds
+            )
+            for job in claimed:
+                report.runs.append((job, _run_claimed(conn, job, handlers)))
+                if not conn.autocommit:
+                    conn.commit()
+    return report
+
+
+def _run_claimed(
+    conn: psycopg.Connection[Any], job: Job, handlers: Mapping[str, Callable[..., Any]]
+) -> Outcome:
+    func = handlers.get(job.kind)
+    if func is None:
+        known = ", ".join(sorted(handlers)) or "none"
+        settlement: outcomes.Settlement | None = outcomes.failure(
+            job, f"no handler for kind {job.kind!r} in this drain (handlers: {known})"
+        )
+        exc = None
+    else:
+        context = _context(
+            job,
+            lambda: jobs_api.lease_held(conn, job),
+            lambda: control.cancel_requested(conn, job.id, job.lease_id),
+        )
+        settlement, exc = _call(func, job, context)
+    if settlement is None:
+        jobs_api.complete(conn, [job]).raise_if_lost()
+    else:
+        jobs_api.settle(conn, [settlement]).raise_if_lost()
+    return _outcome(settlement, exc)

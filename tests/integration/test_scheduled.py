@@ -1,0 +1,245 @@
+"""Jobs due later wait as 'scheduled', outside the claim index, until the stager makes them
+available; periodic schedules enqueue one job per tick. Real PostgreSQL throughout."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+
+from supervisor import NewJob, claim, enqueue, enqueue_many
+from supervisor.config import parse_config
+from supervisor.observability.view import MasterCounters
+from supervisor.queue import scheduled
+from supervisor.queue.maintenance import queue_stats
+from supervisor.queue.migrations import available, migrate
+from supervisor.queue.queries import query
+from supervisor.runtime.database import MasterDatabase
+from supervisor.runtime.scheduler import Scheduler, unique_key
+
+UTC = timezone.utc
+
+
+def _states(conn: psycopg.Connection[Any], ids: list[int]) -> list[str]:
+    rows = dict(conn.execute("SELECT id, state FROM pgq.jobs WHERE id = ANY(%s)", (ids,)))
+    return [rows[i] for i in ids]
+
+
+def _due_now(conn: psycopg.Connection[Any], ids: list[int]) -> None:
+    """Bring scheduled jobs' run_at to the present, as time passing would."""
+    conn.execute("UPDATE pgq.jobs SET run_at = now() WHERE id = ANY(%s)", (ids,))
+
+
+def test_a_job_due_later_waits_as_scheduled_and_is_not_claimed_early(
+    conn: psycopg.Connection[Any],
+) -> None:
+    later = enqueue(conn, "k", delay=3600)
+    at = enqueue(conn, "k", run_at=datetime.now(UTC) + timedelta(hours=1))
+    now = enqueue(conn, "k")
+    bulk = enqueue_many(conn, [NewJob("k", delay=60), NewJob("k"), NewJob("k", delay=0)])
+    assert _states(conn, [later, at, now, *bulk]) == [
+        "scheduled",
+        "scheduled",
+        "available",
+        "scheduled",
+        "available",
+        "available",
+    ]
+    assert scheduled.stage_due(conn) == []  # nothing is due yet
+    claimed = claim(conn, "default", worker="w", limit=10)
+    assert sorted(j.id for j in claimed) == sorted([now, bulk[1], bulk[2]])
+    _due_now(conn, [later])
+    assert scheduled.stage_due(conn) == [scheduled.Staged("default", 1)]
+    assert [j.id for j in claim(conn, "default", worker="w", limit=10)] == [later]
+
+
+def test_the_master_learns_the_earliest_run_at_from_the_index(
+    conn: psycopg.Connection[Any],
+) -> None:
+    assert scheduled.seconds_to_next(conn) is None
+    enqueue(conn, "k", delay=3600)
+    enqueue(conn, "k", delay=30)
+    assert 25 < (scheduled.seconds_to_next(conn) or 0) <= 30
+    plan = "\n".join(
+        row[0] for row in conn.execute("EXPLAIN " + query("next_scheduled")).fetchall()
+    )
+    assert "jobs_scheduled" in plan, plan
+
+
+def test_staging_notifies_each_queue_and_scheduling_wakes_the_stagers(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN pgq_jobs; LISTEN pgq_scheduled")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            ids = enqueue_many(
+                conn,
+                [NewJob("k", queue="a", delay=60), NewJob("k", queue="b", delay=60)],
+            )
+            enqueue(conn, "k", queue="c", delay=60)
+            _due_now(conn, ids)
+            staged = scheduled.stage_due(conn)
+        assert sorted(staged, key=lambda s: s.queue) == [
+            scheduled.Staged("a", 1),
+            scheduled.Staged("b", 1),
+        ]
+        got = [(n.channel, n.payload) for n in listener.notifies(timeout=1, stop_after=4)]
+    assert got.count(("pgq_scheduled", "")) == 2  # one per enqueue transaction
+    assert sorted(p for c, p in got if c == "pgq_jobs") == ["a", "b"]
+
+
+def test_several_stagers_move_each_job_once(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = enqueue_many(conn, [NewJob("k", delay=60) for _ in range(3000)])
+        _due_now(conn, ids)
+    counts: list[int] = []
+
+    def stage() -> None:
+        with psycopg.connect(dsn, autocommit=True) as own:
+            total = 0
+            while moved := scheduled.stage_due(own, limit=100):
+                total += sum(m.jobs for m in moved)
+            counts.append(total)
+
+    threads = [threading.Thread(target=stage) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(counts) == 3000
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert _states(conn, ids) == ["available"] * 3000
+
+
+def _claim_buffers(conn: psycopg.Connection[Any]) -> int:
+    """Pages the claim reads (EXPLAIN ANALYZE, BUFFERS), rolled back."""
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("claim"),
+            {"queue": "default", "limit": 10, "worker": "w", "lease_seconds": 60},
+        ).fetchone()[0]
+    top = plan[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def test_a_claim_costs_the_same_with_100000_future_jobs_of_higher_priority(
+    conn: psycopg.Connection[Any],
+) -> None:
+    enqueue_many(conn, [NewJob("k") for _ in range(2000)])
+    conn.execute("VACUUM ANALYZE pgq.jobs")
+    without = _claim_buffers(conn)
+    future = [NewJob("k", priority=5, delay=3600) for _ in range(10_000)]
+    for _ in range(10):
+        enqueue_many(conn, future)
+    conn.execute("VACUUM ANALYZE pgq.jobs")
+    with_future = _claim_buffers(conn)
+    # Before the scheduled state, the claim walked every future entry of higher priority in
+    # jobs_claim first: hundreds of pages here, against a handful.
+    assert with_future <= without + 5, (without, with_future)
+
+
+def test_a_held_unique_key_covers_scheduled_jobs_and_replay_respects_it(
+    conn: psycopg.Connection[Any],
+) -> None:
+    first = enqueue(conn, "k", delay=600, unique_key="invoice-7")
+    assert enqueue(conn, "k", unique_key="invoice-7") == first
+    assert enqueue_many(conn, [NewJob("k", unique_key="invoice-7")]) == [first]
+    dead = enqueue(conn, "k", unique_key="invoice-8")
+    conn.execute(
+        "UPDATE pgq.jobs SET state = 'discarded', finished_at = now(), unique_key = 'invoice-7' "
+        "WHERE id = %s",
+        (dead,),
+    )
+    replayed = conn.execute(
+        query("replay"),
+        {"ids": [dead], "kind": None, "queue": None, "finished_before": None},
+    ).fetchall()
+    assert [r[3] for r in replayed] == [False]  # stays dead: a scheduled job holds its key
+
+
+def test_status_counts_scheduled_jobs(conn: psycopg.Connection[Any]) -> None:
+    enqueue_many(conn, [NewJob("k", delay=600), NewJob("k", delay=600), NewJob("k")])
+    (stats,) = queue_stats(conn)
+    assert (stats.available, stats.scheduled) == (1, 2)
+
+
+def test_the_migration_moves_existing_future_jobs_out_of_the_claim_index(empty_dsn: str) -> None:
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE SCHEMA pgq; CREATE TABLE pgq.schema_migrations (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for m in available():
+            if m.version < 4:
+                conn.execute(m.sql)
+                conn.execute(
+                    "INSERT INTO pgq.schema_migrations VALUES (%s, %s)", (m.version, m.name)
+                )
+        conn.execute(
+            "INSERT INTO pgq.jobs (kind, run_at, unique_key) VALUES "
+            "('k', now() + interval '1 hour', 'a'), ('k', now() - interval '1 second', 'b')"
+        )
+        assert [m.version for m in migrate(conn)] == [4]
+        rows = conn.execute("SELECT unique_key, state FROM pgq.jobs ORDER BY unique_key").fetchall()
+    assert rows == [("a", "scheduled"), ("b", "available")]
+
+
+class _Host:
+    """The part of a master the scheduler uses: a session, the config, the counters."""
+
+    def __init__(self, dsn: str, yaml_text: str) -> None:
+        self.db = MasterDatabase(dsn, name="test", connect_timeout=5.0)
+        self.config = parse_config(yaml_text, source="q.yaml")
+        self.counters = MasterCounters()
+
+
+SCHEDULES = """
+handlers: {sync_accounts: tests.handlers:noop}
+pools: {main: {queues: {default: 1}}}
+schedules:
+  nightly: {cron: "0 3 * * *", kind: sync_accounts, args: {full: true}, queue: sync, missed: %s}
+"""
+
+
+def _scheduled_jobs(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT run_at, unique_key, args, queue FROM pgq.jobs ORDER BY run_at"
+        ).fetchall()
+
+
+def test_a_tick_is_enqueued_once_however_many_supervisors_run(dsn: str) -> None:
+    hosts = [_Host(dsn, SCHEDULES % "skip") for _ in range(3)]
+    schedulers = [Scheduler(h) for h in hosts]  # type: ignore[arg-type]
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    for s in schedulers:
+        s.run_at(three - timedelta(hours=1))  # first seen: nothing is owed yet
+    assert _scheduled_jobs(dsn) == []
+    for s in schedulers:
+        s.run_at(three + timedelta(seconds=1))
+    for s in [Scheduler(h) for h in hosts]:  # restarted masters, knowing nothing
+        s.run_at(three + timedelta(seconds=2))  # type: ignore[arg-type]
+    ((run_at, key, args, queue),) = _scheduled_jobs(dsn)
+    assert (run_at, key, args, queue) == (
+        three,
+        unique_key("nightly", three),
+        {"full": True},
+        "sync",
+    )
+    assert sum(h.counters.schedule_jobs for h in hosts) == 1
+    for h in hosts:
+        h.db.close()
+
+
+def test_ticks_missed_while_no_supervisor_ran_are_skipped_or_run_once(dsn: str) -> None:
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    for missed, expected in (("skip", []), ("run_once", [three])):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgq.jobs; DELETE FROM pgq.schedules")
+        host = _Host(dsn, SCHEDULES % missed)
+        Scheduler(host).run_at(three - timedelta(days=3))  # ran three days ago, then stopped
+        Scheduler(host).run_at(three + timedelta(hours=2))  # back two hours after the tick
+        assert [row[0] for row in _scheduled_jobs(dsn)] == expected, missed
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert scheduled.last_tick(conn, "nightly") == three  # missed ticks stay missed
+        host.db.close()

@@ -1,0 +1,87 @@
+"""What the wheel installs, and the clash with supervisord's package of the same import name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import supervisor
+from tests.commands import ROOT
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    (path,) = out.glob("pgq_supervisor-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) -> None:
+    names = wheel.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"supervisor", f"pgq_supervisor-{supervisor.__version__}.dist-info"}
+    assert "supervisor/py.typed" in names
+    assert "supervisor/sql/queries.sql" in names
+    assert "supervisor/sql/migrations/0005_control.sql" in names
+    assert "supervisor/testing.py" in names
+    dist_info = f"pgq_supervisor-{supervisor.__version__}.dist-info"
+    assert any(n.startswith(f"{dist_info}/licenses/LICENSE") for n in names)
+    metadata = wheel.read(f"{dist_info}/METADATA").decode()
+    assert f"Version: {supervisor.__version__}" in metadata  # one place for the version
+
+
+def test_supervisord_in_the_same_environment_is_named(tmp_path: Path) -> None:
+    fake = tmp_path / "supervisor-4.2.5.dist-info"
+    fake.mkdir()
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: supervisor\nVersion: 4.2.5\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    for code in ("import supervisor", "import supervisor.cli"):
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+        )
+        assert run.returncode == 1
+        assert "supervisord (the 'supervisor' distribution) are installed" in run.stderr
+        assert "separate environments" in run.stderr
+        assert "found: supervisor 4.2.5" in run.stderr
+
+
+def test_an_overwritten_package_init_is_named(tmp_path: Path) -> None:
+    """supervisord installed after us replaces supervisor/__init__.py; our command says so."""
+    package = tmp_path / "supervisor"
+    package.mkdir()
+    (package / "__init__.py").write_text("# this is a package\n")
+    for room in ("cli", "clash.py"):
+        (package / room).symlink_to(ROOT / "supervisor" / room)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-c", "import supervisor.cli"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 1
+    assert "supervisor/__init__.py is not ours" in run.stderr
