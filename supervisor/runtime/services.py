@@ -18,7 +18,6 @@ import psycopg
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import control, locks, maintenance
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
 from supervisor.runtime.children import Child
 from supervisor.runtime.database import MasterDatabase

@@ -129,7 +129,11 @@ def test_wake_ups_come_from_listen_dsn_behind_a_pooler(
         timeout=30,
         what="three idle children in the registry",
     )
-    listening = query(dsn, "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN pgq_jobs'")
+    listening = query(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND query LIKE 'LISTEN pgq_jobs%%'",
+    )
     assert listening == [(1,)]
     done = run_cli(sup.config, "enqueue", "record", env=_env(sup))
     assert done.returncode == 0, done.stderr
