@@ -65,6 +65,7 @@ DUTY_SLACK = 3.0
 CONFIG = f"""
 handlers:
   chaos: chaos_handlers:work
+  tick: chaos_handlers:work
 pools:
   work:
     processes: {PROCESSES}
@@ -78,6 +79,30 @@ lease: {{duration: {LEASE:g}s, renew_every: 1s}}
 rescue: {{interval: {RESCUE_INTERVAL:g}s}}
 vacuum: {{enabled: true, interval: {VACUUM_INTERVAL:g}s, dead_rows: 500}}
 history: {{enabled: true}}
+"""
+# A periodic schedule every host runs: each tick must be enqueued by exactly one of them.
+SCHEDULE_EVERY = 2.0
+SCHEDULES = f"""
+schedules:
+  fleet_tick: {{every: {SCHEDULE_EVERY:g}s, kind: tick, queue: io}}
+"""
+# Every tick job as it is enqueued (its unique key names the schedule and the tick).
+TICKS_SQL = """
+CREATE TABLE IF NOT EXISTS fleet_ticks (
+    job_id      bigint      NOT NULL,
+    unique_key  text,
+    run_at      timestamptz NOT NULL
+);
+CREATE OR REPLACE FUNCTION fleet_record_tick() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fleet_ticks VALUES (NEW.id, NEW.unique_key, NEW.run_at);
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS fleet_tick ON pgq.jobs;
+CREATE TRIGGER fleet_tick AFTER INSERT ON pgq.jobs
+FOR EACH ROW WHEN (NEW.kind = 'tick') EXECUTE FUNCTION fleet_record_tick();
 """
 
 
@@ -120,6 +145,8 @@ class FleetDrill:
         self.ids: list[int] = []
         self.capacity = args.hosts * PROCESSES * BATCH
         self.purge_at: datetime | None = None
+        self.base_config = CONFIG
+        self.schedule_off = False
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -131,7 +158,8 @@ class FleetDrill:
             soon = datetime.now().astimezone() + timedelta(seconds=80)
             self.purge_at = soon.replace(second=0, microsecond=0)
             config += f'purge: {{at: "{self.purge_at:%H:%M}"}}\n'
-        self.config.write_text(config)
+        self.base_config = config
+        self.config.write_text(config + SCHEDULES)
         jobs = []
         for i in range(self.args.jobs):
             args: dict[str, Any] = {"ms": round(self.rng.uniform(0, 2 * self.args.ms), 2)}
@@ -143,6 +171,7 @@ class FleetDrill:
         ids: list[int] = []
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(LEDGER_SQL)
+            conn.execute(TICKS_SQL)
             for start in range(0, len(jobs), 2000):
                 with conn.transaction():
                     ids += enqueue_many(conn, jobs[start : start + 2000])
@@ -272,6 +301,9 @@ class FleetDrill:
                     inc.ended, inc.end = time.time(), "exited"
                     self.problems.append(f"{host.name} exited by itself ({inc.proc.returncode})")
             if not plan and self.remaining() == 0 and self.duties_done():
+                if not self.schedule_off:
+                    self.stop_schedule()
+                    continue
                 drained_at = time.time()
                 break
             time.sleep(0.2)
@@ -288,6 +320,17 @@ class FleetDrill:
         rescued = [int(n) for inc in self.incarnations for n in RESCUED.findall(inc.log())]
         result["jobs_rescued"] = sum(rescued)
         return result
+
+    def stop_schedule(self) -> None:
+        """The end: reload every host without the schedule, so the last tick's job is not
+        left waiting when the hosts stop; the loop then waits for the queue to empty again."""
+        self.config.write_text(self.base_config)
+        for host in self.hosts:
+            inc = host.current
+            if inc is not None and inc.proc.poll() is None:
+                inc.proc.send_signal(signal.SIGHUP)
+        self.schedule_off = True
+        time.sleep(SCHEDULE_EVERY)
 
     def duties_done(self) -> bool:
         """With --purge, the run lasts until the purge's minute has passed."""
@@ -325,6 +368,14 @@ class FleetDrill:
                 checks["rescue_never_stalled"] = all(g <= interval + DUTY_SLACK for g in gaps)
         if self.purge_at is not None:
             checks["purge_ran_exactly_once"] = report["purge_runs"] == 1
+        ticks = query(self.dsn, "SELECT unique_key, extract(epoch FROM run_at) FROM fleet_ticks")
+        moments = sorted(float(at) for _, at in ticks)
+        steps = [round((b - a) / SCHEDULE_EVERY, 3) for a, b in itertools.pairwise(moments)]
+        report["schedule_ticks"] = len(ticks)
+        report["schedule_ticks_missed"] = int(sum(step - 1 for step in steps))
+        checks["schedule_ticked_once_each"] = bool(ticks) and (
+            len({key for key, _ in ticks}) == len(ticks) and all(step >= 1 for step in steps)
+        )
         return {**report, "checks": checks}
 
 

@@ -1,7 +1,8 @@
 """The fleet drill, small: three supervisors as three hosts (PGQ_HOST) on the test database,
 while one host is SIGKILLed whole, one is frozen past its leases and one is deployed. Every job
-completes exactly once, and each singleton duty runs on one host per interval, measured from
-pgq.maintenance_runs (scripts/fleet.py holds the drill and its verdict)."""
+completes exactly once, each singleton duty runs on one host per interval (measured from
+pgq.maintenance_runs) and an every-2s schedule enqueues each tick once across the fleet
+(scripts/fleet.py holds the drill and its verdict)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def test_small_fleet_drill_holds_every_promise(dsn: str) -> None:
     failed = [name for name, held in figures.get("checks", {}).items() if not held]
     assert result.returncode == 0 and figures["ok"], (failed, figures, result.stderr[-4000:])
     assert figures["faults"] == {"host_kill": 1, "freeze": 1, "deploy": 1}
-    assert figures["completed"] == figures["jobs"] > 400  # with the long jobs the faults add
+    # The jobs (with the long ones the faults add) and one job per schedule tick.
+    assert figures["completed"] == figures["jobs"] + figures["schedule_ticks"]
+    assert figures["jobs"] > 400 and figures["schedule_ticks"] > 0
     # The killed and the frozen hosts held jobs that came back through other hosts' rescuers.
     assert figures["jobs_rescued"] > 0
     assert len(figures["rescue_runs_by_host"]) > 1
