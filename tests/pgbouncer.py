@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -24,7 +25,9 @@ import psycopg
 from psycopg import conninfo
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-RUN_AS = "postgres"  # any non-root user; Debian's package creates this one
+# As root, PgBouncer must drop to another user: any non-root one (Debian's package creates
+# `postgres`), or the owner of the server's socket directory, which only it may enter.
+RUN_AS = "postgres"
 
 
 def available() -> bool:
@@ -68,7 +71,9 @@ def pgbouncer(server_dsn: str) -> Iterator[int]:
     port = _free_port()
     ini = folder / "pgbouncer.ini"
     ini.write_text(_config(server_dsn, port, folder))
-    command = [BINARY, "-u", RUN_AS, str(ini)] if os.geteuid() == 0 else [BINARY, str(ini)]
+    command = [BINARY, str(ini)]
+    if os.geteuid() == 0:
+        command[1:1] = ["-u", _run_as(server_dsn)]
     log = open(folder / "pgbouncer.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -83,6 +88,15 @@ def pgbouncer(server_dsn: str) -> Iterator[int]:
             proc.wait(10)
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_as(server_dsn: str) -> str:
+    host = conninfo.conninfo_to_dict(server_dsn).get("host") or ""
+    if host.startswith("/"):
+        owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
+        if owner != "root":
+            return owner
+    return RUN_AS
 
 
 def through(dsn: str, port: int) -> str:

@@ -10,10 +10,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
+import psycopg
 import pytest
 
-from tests.lifecycle.harness import ROOT
+from supervisor import NewJob, enqueue_many, migrate
+from tests.handlers import LEDGER
+from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
 
 
 @pytest.mark.timeout(150)
@@ -47,3 +51,42 @@ def test_small_fleet_drill_holds_every_promise(dsn: str) -> None:
     # The killed and the frozen hosts held jobs that came back through other hosts' rescuers.
     assert figures["jobs_rescued"] > 0
     assert len(figures["rescue_runs_by_host"]) > 1
+
+
+def test_one_supervisor_per_database_on_one_host(
+    supervisor: Callable[..., Supervisor], dsn: str, empty_dsn: str
+) -> None:
+    """Past one database: queues placed on two databases, one supervisor for each on the same
+    host (one host name). Each drains its own database's queue and registers there only."""
+    migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute(LEDGER)
+    config = """
+    handlers: {record: tests.handlers:record}
+    pools:
+      main: {processes: 1, batch: 10, queues: {%s: 1}}
+    """
+    placed = {dsn: "orders", empty_dsn: "reports"}
+    ids = {}
+    for database, queue in placed.items():
+        with psycopg.connect(database, autocommit=True) as conn:
+            ids[database] = enqueue_many(conn, [NewJob("record", queue=queue)] * 50)
+    sups = [
+        supervisor(config % queue, extra_env={"PGQ_DSN": database, "PGQ_HOST": "one-host"})
+        for database, queue in placed.items()
+    ]
+    for sup in sups:
+        sup.start()
+    for database in placed:
+        wait_for(
+            lambda database=database: scalar(database, "SELECT count(*) FROM test_ledger") == 50,
+            timeout=30,
+            what=f"the 50 jobs of {database} to run",
+        )
+        ran = [row[0] for row in query(database, "SELECT job_id FROM test_ledger ORDER BY 1")]
+        assert ran == sorted(ids[database])  # its own jobs, each once
+        assert scalar(database, "SELECT count(*) FROM pgq.jobs") == 0
+        # Each supervisor registers in its own database only.
+        assert query(database, "SELECT host FROM pgq.supervisors") == [("one-host",)]
+    for sup in sups:
+        assert sup.stop() == 0
