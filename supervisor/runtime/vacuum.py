@@ -9,9 +9,11 @@ interval and, past a threshold, runs ``VACUUM pgq.jobs`` itself.
 
 A vacuum can take seconds, and the master's loop must not wait for it: the statement is sent on
 a connection of its own, opened for the occasion, and its socket joins the master's selector;
-the result is read when it arrives. The connection holds an advisory lock while the vacuum
-runs, so with several supervisors on one database only one of them vacuums at a time, and
-closing the connection (or its death) releases it.
+the result is read when it arrives. With several supervisors on one database, a vacuum starts
+at most once per interval across the fleet (the maintenance record, pgq.maintenance_runs); on a
+direct session the connection also holds an advisory lock while the vacuum runs, and closing it
+(or its death) releases the lock. Behind a transaction pooler no session lock can be held, and
+VACUUM (SKIP_LOCKED) itself skips a table another vacuum is working on.
 """
 
 from __future__ import annotations
