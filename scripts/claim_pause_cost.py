@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
 
 from supervisor import NewJob, enqueue_many, migrate, pause_queue
-from supervisor.queue.jobs import claimed_jobs
+from supervisor.queue.jobs import claim_params, claimed_jobs
 from supervisor.queue.queries import query
 
 PAUSE_CHECK = "AND NOT EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s)"
@@ -31,7 +31,7 @@ PAUSE_CHECK = "AND NOT EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(qu
 def claim_latencies(conn: psycopg.Connection[Any], sql: str, claims: int) -> list[float]:
     """Latency in ms of each claim (batch 10); the claimed jobs go back to available so every
     claim sees the same backlog."""
-    params = {"queue": "default", "limit": 10, "worker": "bench", "lease_seconds": 60}
+    params = claim_params("default", worker="bench", limit=10, lease_seconds=60)
     latencies = []
     for _ in range(claims):
         started = time.perf_counter()
@@ -67,7 +67,7 @@ def main() -> int:
             conn.execute("VACUUM ANALYZE pgq.jobs")
             plan = conn.execute(
                 "EXPLAIN " + with_check,
-                {"queue": "default", "limit": 10, "worker": "x", "lease_seconds": 60},
+                claim_params("default", worker="x", limit=10, lease_seconds=60),
             ).fetchall()
             for _ in range(args.rounds):
                 for name, sql in (("without", without), ("with", with_check)):

@@ -1,19 +1,18 @@
-"""The database's own limit: our claim-then-delete SQL driven by pgbench, with no Python.
+"""The database's own limit: our claim-and-complete SQL driven by pgbench, with no Python.
 
-Two shapes. ``two_statements`` (the limit as first measured): each pgbench transaction runs our
-two statements, each in its own autocommitted transaction: ``claim`` (sql/queries.sql, one queue,
-``batch`` jobs) and then ``complete`` (the fenced DELETE of what was claimed, no history row).
-``one_statement``: the previous batch's completion and the next claim in one statement, so one
-transaction and one commit per batch. A child sends the second shape's work: its pipeline carries
-the outcomes and the next claim to a single Sync, which PostgreSQL runs as one implicit
-transaction (100 pipelines of two inserts take 100 transaction ids, the same inserts sent one by
-one take 200), so the one-commit figure is the limit a child should be compared with.
+Two shapes, both from the ``claim`` statement of sql/queries.sql (taken at run time; only its
+parameters are replaced: literals for the queue, worker, lease and batch size, and pgbench
+variables for the claimed ids, which each claim hands on through ``\\gset`` after its final
+SELECT is replaced by one that folds the claimed rows into two arrays):
 
-The first shape's SQL is taken from sql/queries.sql at run time; only its parameters are
-replaced: literals for the queue, worker, lease and batch size, and pgbench variables for the
-claimed ids, which the claim hands to the completion through ``\\gset`` (the claim is wrapped in
-a CTE that folds its rows into two arrays). Statements are sent with ``-M prepared``, as psycopg
-does on its own after a statement's fifth run.
+- ``one_statement``: what a child sends. The completion of the previous batch rides in the
+  statement that claims the next one: one statement, one transaction, one commit per batch.
+- ``two_statements``: the shape this limit was first measured with, for comparison: a claim that
+  completes nothing, then a completion that claims nothing (limit 0), each in its own
+  autocommitted transaction: two commits per batch.
+
+Statements are sent with ``-M prepared``, as psycopg does on its own after a statement's fifth
+run.
 
 The table is pre-filled with ``jobs`` due no-op jobs in our schema (our migrations), and every
 client runs a fixed number of transactions (``-t``) sized so the table is never exhausted: every
@@ -62,64 +61,17 @@ SELECT
 FROM pgq.jobs
 """
 
-#: Folds the claim's rows into the two arrays that `complete` takes, for \gset. pgbench
-#: pastes a variable's text into the statement under -M simple (so it must be a quoted
-#: literal there) and sends it as a parameter under -M prepared (so it must be bare).
-CLAIM_WRAPPER = """WITH claimed AS (
-{claim}
-)
-SELECT
+#: Replaces the claim statement's final SELECT (its first line that is not indented: the CTEs
+#: above it are): folds the claimed rows into the two arrays that the next completion takes,
+#: for \gset. pgbench pastes a variable's text into the statement under -M simple (so it must be
+#: a quoted literal there) and sends it as a parameter under -M prepared (so it must be bare).
+FOLD_CLAIMED = """SELECT
     {quote}(coalesce(array_agg(id ORDER BY id), '{{}}')::text) AS ids,
     {quote}(coalesce(array_agg(lease_id ORDER BY id), '{{}}')::text) AS lease_ids
 FROM claimed
 \\gset
 """
-
-#: The same work in one statement and one transaction per batch: the fenced DELETE of the
-#: previous batch and the claim of the next, as data-modifying CTEs. A worker pipelines our two
-#: statements into one round trip already, but they are still two transactions and two WAL
-#: flushes at commit; this shape measures what one commit per batch would allow. The first
-#: transaction of each client completes nothing (its arrays start empty: -D ids={} ...).
-ONE_STATEMENT = """WITH done AS (
-    DELETE FROM pgq.jobs AS j
-    USING unnest(:ids::bigint[], :lease_ids::bigint[]) AS f(id, lease_id)
-    WHERE j.id = f.id
-      AND j.lease_id = f.lease_id
-    RETURNING j.id
-),
-token AS (
-    SELECT nextval('pgq.lease_seq') AS lease_id
-),
-next AS (
-    SELECT id
-    FROM pgq.jobs
-    WHERE state = 'available'
-      AND queue = 'default'
-      AND run_at <= now()
-    ORDER BY priority DESC, run_at, id
-    LIMIT {batch}
-    FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE pgq.jobs AS j
-    SET state = 'running',
-        attempts = j.attempts + 1,
-        lease_id = token.lease_id,
-        locked_by = 'pgbench',
-        lease_until = now() + make_interval(secs => 60),
-        started_at = now()
-    FROM next, token
-    WHERE j.id = next.id
-    RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.lease_id, j.lease_until, j.created_at
-)
-SELECT
-    {quote}(coalesce(array_agg(id ORDER BY id), '{{}}')::text) AS ids,
-    {quote}(coalesce(array_agg(lease_id ORDER BY id), '{{}}')::text) AS lease_ids,
-    (SELECT count(*) FROM done) AS completed
-FROM claimed
-\\gset
-"""
+_FINAL_SELECT = re.compile(r"^SELECT ", re.MULTILINE)
 
 #: Statement shapes the limit can be measured with.
 SHAPES = ("two_statements", "one_statement")
@@ -146,21 +98,30 @@ def pgbench_script(
     protocol: str = "prepared",
     shape: str = "two_statements",
 ) -> str:
-    """The pgbench script: our claim of `batch` jobs, then our completion of them."""
+    """The pgbench script: our claim of `batch` jobs and our completion of them, as one
+    statement per batch (the completion of the previous batch rides in the next claim) or as
+    two (a claim completing nothing, then a completion claiming nothing)."""
     quote = "quote_literal" if protocol == "simple" else ""
+    empty = "'{}'"
+    values = {
+        "queue": "'default'",
+        "limit": str(batch),
+        "worker": "'pgbench'",
+        "lease_seconds": "60",
+        "history": "true" if history else "false",
+    }
+    statement = query("claim")
+    final = _FINAL_SELECT.search(statement)
+    assert final is not None, "the claim statement has no final SELECT"
+    folding = statement[: final.start()] + FOLD_CLAIMED.format(quote=quote)
     if shape == "one_statement":
-        if history:
-            raise ValueError("the one-statement shape is measured without history")
-        return ONE_STATEMENT.format(batch=batch, quote=quote)
-    claim = substitute(
-        query("claim"),
-        {"queue": "'default'", "limit": str(batch), "worker": "'pgbench'", "lease_seconds": "60"},
-    )
+        return substitute(folding, values | {"done_ids": ":ids", "done_lease_ids": ":lease_ids"})
+    claim = substitute(folding, values | {"done_ids": empty, "done_lease_ids": empty})
     complete = substitute(
-        query("complete"),
-        {"ids": ":ids", "lease_ids": ":lease_ids", "history": "true" if history else "false"},
+        statement,
+        values | {"queue": "''", "limit": "0", "done_ids": ":ids", "done_lease_ids": ":lease_ids"},
     )
-    return CLAIM_WRAPPER.format(claim=claim, quote=quote) + complete + ";\n"
+    return claim + complete + ";\n"
 
 
 def _server_major(dsn: str) -> int | None:
@@ -273,7 +234,7 @@ def limit(
                 encoding="utf-8",
             )
             # The one-statement shape completes the previous batch: none before the first.
-            empty = "''{}''" if protocol == "simple" else "{}"
+            empty = "'{}'" if protocol == "simple" else "{}"
             start = [f"--define=ids={empty}", f"--define=lease_ids={empty}"]
             done = subprocess.run(
                 [

@@ -62,6 +62,34 @@ def _own_transaction(conn: psycopg.Connection[Any], what: str) -> None:
         )
 
 
+def bigint_array(values: Iterable[int]) -> str:
+    """An array of integers as PostgreSQL's array literal, for a parameter the statement casts
+    to bigint[]. Sent as text: psycopg would otherwise inspect the list's elements to choose an
+    array dumper at every claim (15 us against 4 us for two arrays of ten)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def claim_params(
+    queue: str,
+    *,
+    worker: str,
+    limit: int,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    done: Sequence[Job] = (),
+    history: bool = False,
+) -> dict[str, Any]:
+    """The parameters of the claim statement (sql/queries.sql, ``claim``)."""
+    return {
+        "done_ids": bigint_array(j.id for j in done),
+        "done_lease_ids": bigint_array(j.lease_id for j in done),
+        "history": history,
+        "queue": queue,
+        "limit": limit,
+        "worker": worker,
+        "lease_seconds": lease_seconds,
+    }
+
+
 def send_claim(
     conn: psycopg.Connection[Any],
     queue: str,
@@ -69,19 +97,39 @@ def send_claim(
     worker: str,
     limit: int,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    done: Sequence[Job] = (),
+    history: bool = False,
 ) -> psycopg.Cursor[Any]:
-    """Send the claim and return its cursor without reading it, so that in pipeline mode it can
-    travel in one round trip (and one transaction) with the previous batch's outcomes."""
-    return conn.execute(
-        query("claim"),
-        {"queue": queue, "limit": limit, "worker": worker, "lease_seconds": lease_seconds},
+    """Send the claim and return its cursor without reading it (read it with ``read_claim``).
+
+    ``done`` are finished jobs to complete in the same statement, so a worker's batch costs one
+    statement and one commit; in pipeline mode the cursor can also travel in one round trip (and
+    one transaction) with the batch's other outcomes."""
+    params = claim_params(
+        queue, worker=worker, limit=limit, lease_seconds=lease_seconds, done=done, history=history
     )
+    return conn.execute(query("claim"), params)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim statement did: the jobs it claimed, in the order to run them, and which of
+    the finished jobs it carried were still ours."""
+
+    jobs: list[Job]
+    completed: Fenced
+
+
+def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
+    rows = cursor.fetchall()
+    # The last row carries the completed ids; every row before it is a claimed job.
+    jobs = [Job(*row[:-1]) for row in rows[:-1]]
+    jobs.sort(key=lambda j: j.sort_key)
+    return Claimed(jobs, _split(done, rows[-1][-1] or ()))
 
 
 def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
-    jobs = [Job(*row) for row in cursor.fetchall()]
-    jobs.sort(key=lambda j: j.sort_key)
-    return jobs
+    return read_claim(cursor).jobs
 
 
 def claim(
@@ -111,14 +159,8 @@ def _split(jobs: Sequence[Job], kept_ids: Iterable[int]) -> Fenced:
 def send_complete(
     conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
 ) -> psycopg.Cursor[Any]:
-    return conn.execute(
-        query("complete"),
-        {
-            "ids": [j.id for j in jobs],
-            "lease_ids": [j.lease_id for j in jobs],
-            "history": history,
-        },
-    )
+    """Send the completion of ``jobs`` alone: the claim statement, claiming nothing."""
+    return send_claim(conn, "", worker="", limit=0, done=jobs, history=history)
 
 
 def send_settle(
@@ -153,7 +195,7 @@ def complete(
     """
     if not jobs:
         return Fenced()
-    return fenced(send_complete(conn, jobs, history=history), jobs)
+    return read_claim(send_complete(conn, jobs, history=history), jobs).completed
 
 
 def settle(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,15 @@ def job_fields(job: Job, pool: str) -> dict[str, Any]:
     }
 
 
+# Sends a claim statement that also completes the finished jobs it is given (read with
+# jobs_api.read_claim).
+ClaimSender = Callable[[psycopg.Connection[Any], Sequence[Job]], psycopg.Cursor[Any]]
+
+
+def _claim_only(conn: psycopg.Connection[Any], claim: ClaimSender | None) -> list[Job]:
+    return jobs_api.read_claim(claim(conn, ())).jobs if claim is not None else []
+
+
 @dataclass
 class Results:
     """Outcomes waiting to be written."""
@@ -93,36 +102,40 @@ class Results:
         board: Board,
         pool: str,
         history: bool,
-        then: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]] | None = None,
-    ) -> psycopg.Cursor[Any] | None:
-        """Write every outcome, fenced, in one round trip and one transaction; ``then`` (the
-        next claim) travels in the same pipeline, so a batch costs a single commit. Raises on
+        claim: ClaimSender | None = None,
+    ) -> list[Job]:
+        """Write every outcome, fenced, in one round trip and one transaction, and claim the
+        next batch with ``claim`` (given the finished jobs to complete in its statement): a
+        batch whose jobs all succeeded costs one statement, any batch a single commit. Raises on
         connection errors with nothing cleared, so the caller can reconnect and write again.
         An outcome the database refuses (a trigger, a constraint) holds up neither the others
-        nor the claim: it stays here, tried again after a growing delay. Returns the cursor
-        ``then`` produced."""
+        nor the claim: it stays here, tried again after a growing delay. Returns the jobs
+        claimed."""
         if not self.ready():
-            return then(conn) if then is not None else None
+            return _claim_only(conn, claim)
+        done = self.done
+        if claim is None:
+
+            def claim(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
+                return jobs_api.send_complete(conn, done, history=history)
+
         try:
-            with conn.pipeline():
-                done = (
-                    jobs_api.send_complete(conn, self.done, history=history) if self.done else None
-                )
-                settled = (
-                    jobs_api.send_settle(conn, self.settled, history=history)
-                    if self.settled
-                    else None
-                )
-                after = then(conn) if then is not None else None
+            if self.settled:
+                with conn.pipeline():
+                    settled = jobs_api.send_settle(conn, self.settled, history=history)
+                    claimed = claim(conn, done)
+            else:
+                settled, claimed = None, claim(conn, done)
+            result = jobs_api.read_claim(claimed, done)
         except psycopg.OperationalError:
             raise
         except psycopg.Error:
             self._write_one_by_one(conn, board, pool, history)
-            return then(conn) if then is not None else None
+            return _claim_only(conn, claim)
         _tally(
             board,
             pool,
-            jobs_api.fenced(done, self.done) if done is not None else None,
+            result.completed if done else None,
             self.settled,
             jobs_api.fenced(settled, [s.job for s in self.settled])
             if settled is not None
@@ -131,7 +144,7 @@ class Results:
         self._announce(self.settled)
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
-        return after
+        return result.jobs
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
         if self.on_scheduled is not None and any(s.scheduled for s in settled):

@@ -23,7 +23,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -288,13 +288,17 @@ class Worker:
         self.board.set_state(State.CLAIMING)
         config = self.spec.config
 
-        def send(conn: psycopg.Connection[Any], queue: str) -> psycopg.Cursor[Any]:
+        def send(
+            conn: psycopg.Connection[Any], queue: str, done: Sequence[Job]
+        ) -> psycopg.Cursor[Any]:
             return jobs_api.send_claim(
                 conn,
                 queue,
                 worker=self.spec.worker_id,
                 limit=limit,
                 lease_seconds=config.lease.duration,
+                done=done,
+                history=config.history.enabled,
             )
 
         # Woken for a particular queue: try it first, outside the weighted rotation (an idle
@@ -309,17 +313,15 @@ class Worker:
             started = time.perf_counter()
             try:
                 if self.results:
-                    cursor = self.results.write(
+                    jobs = self.results.write(
                         self.conn,
                         self.board,
                         self.pool.name,
                         config.history.enabled,
-                        then=lambda conn, q=queue: send(conn, q),
+                        claim=lambda conn, done, q=queue: send(conn, q, done),
                     )
-                    assert cursor is not None
                 else:
-                    cursor = send(self.conn, queue)
-                jobs = jobs_api.claimed_jobs(cursor)
+                    jobs = jobs_api.read_claim(send(self.conn, queue, ())).jobs
             except psycopg.OperationalError as exc:
                 log.warning(
                     "%s#%s: claim from queue %s failed: %s",

@@ -115,7 +115,7 @@ def test_retry_now_makes_a_waiting_job_due_and_refuses_others(
     settle(conn, [outcomes.retry(job, 3600, "boom")])
     assert claim(conn, "default", worker="w") == []
     moved = retry_now(conn, job_id)
-    assert moved is not None and moved.previous_state == "available"
+    assert moved is not None and moved.previous_state == "scheduled"  # a retry for later waits so
     assert moved.previous_run_at > datetime.now(timezone.utc) + timedelta(minutes=50)
     (again,) = claim(conn, "default", worker="w")
     assert again.attempts == 2  # attempts kept
