@@ -578,15 +578,28 @@ ORDER BY name;
 
 -- name: claim_maintenance_run
 -- Records that %(run_by)s runs the singleton task %(task)s now, unless some supervisor ran it
--- less than %(interval)s seconds ago; returns a row only when this caller should run it.
--- Called under the task's advisory lock, so two hosts cannot both pass at the same moment.
-INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by)
-VALUES (%(task)s, now(), %(run_by)s)
-ON CONFLICT (task) DO UPDATE
-SET last_run_at = now(),
-    run_by = EXCLUDED.run_by
-WHERE m.last_run_at <= now() - make_interval(secs => %(interval)s::float8)
+-- less than %(interval)s seconds ago; returns a row only when this caller should run it, and
+-- logs that run in pgq.maintenance_runs. The conditional upsert is atomic on its own (a second
+-- caller waits for the first's row and then fails the WHERE); the task's advisory lock around
+-- it keeps a run that outlasts its interval from overlapping the next.
+WITH claimed AS (
+    INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by)
+    VALUES (%(task)s, now(), %(run_by)s)
+    ON CONFLICT (task) DO UPDATE
+    SET last_run_at = now(),
+        run_by = EXCLUDED.run_by
+    WHERE m.last_run_at <= now() - make_interval(secs => %(interval)s::float8)
+    RETURNING task, run_by, last_run_at
+)
+INSERT INTO pgq.maintenance_runs (task, run_by, started_at)
+SELECT task, run_by, last_run_at
+FROM claimed
 RETURNING task;
+
+-- name: purge_maintenance_runs
+-- Forgets the log of maintenance runs older than %(older_than)s.
+DELETE FROM pgq.maintenance_runs
+WHERE started_at < %(older_than)s;
 
 -- name: heartbeat_supervisor
 -- Registers a supervisor, or refreshes its heartbeat.
@@ -706,6 +719,11 @@ SELECT pg_try_advisory_lock(%(key)s);
 -- name: advisory_unlock
 -- Releases a session advisory lock this session holds.
 SELECT pg_advisory_unlock(%(key)s);
+
+-- name: try_advisory_xact_lock
+-- Takes an advisory lock until the end of the current transaction if it is free; true when
+-- taken. Holds no session state, so it is safe through a transaction-mode pooler.
+SELECT pg_try_advisory_xact_lock(%(key)s);
 
 -- name: vacuum_due
 -- How many dead rows pgq.jobs holds (every consumed job leaves one, and its entry at the head

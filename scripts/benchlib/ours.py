@@ -89,7 +89,10 @@ def config_text(
 class Supervisor:
     """One supervisor process for one scenario; stopped (drained) however the block ends."""
 
-    def __init__(self, dsn: str, config: str, log_dir: Path, name: str) -> None:
+    def __init__(
+        self, dsn: str, config: str, log_dir: Path, name: str, host: str | None = None
+    ) -> None:
+        """``host``: its host identity (PGQ_HOST), for several supervisors acting as hosts."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = log_dir / f"{name}.yaml"
         self.config_path.write_text(config)
@@ -100,6 +103,8 @@ class Supervisor:
             DSN_ENV: dsn,
             "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(ROOT)]),
         }
+        if host is not None:
+            env["PGQ_HOST"] = host
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisor.cli", "-c", str(self.config_path)],

@@ -33,6 +33,7 @@ def session(
         autocommit=autocommit,
         application_name=f"pgq-supervisor {ctx.args.verb}",
         connect_timeout=ctx.config.database.connect_timeout,
+        pooled=ctx.config.database.pooled,
     )
     try:
         if snapshot:

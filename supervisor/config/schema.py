@@ -68,6 +68,7 @@ TOP_KEYS = (
     "metrics",
     "log",
     "schedules",
+    "host",
 )
 POOL_KEYS = (
     "queues",
@@ -100,6 +101,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
         schedules=schedules(top, kinds),
+        host=_host(reader, top),
         lines=dict(reader.lines),
     )
 
@@ -147,18 +149,49 @@ def _handlers(top: Section) -> tuple[dict[str, str], list[str]]:
 
 
 def _database(s: Section) -> DatabaseConfig:
-    s.only("dsn", "embedded", "embedded_dir", "auto_migrate", "connect_timeout")
+    s.only(
+        "dsn", "embedded", "embedded_dir", "auto_migrate", "connect_timeout", "pooler", "listen_dsn"
+    )
     dsn = s.get("dsn", _dsn, None)
     embedded = s.get("embedded", boolean, False)
     if dsn is not None and embedded:
         s.report("embedded", "cannot be true with database.dsn set: choose one")
+    pooler = s.get("pooler", choice("none", "session", "transaction"), "none")
     return DatabaseConfig(
         dsn=dsn,
         embedded=embedded,
         embedded_dir=s.get("embedded_dir", text(max_chars=4096), ".pgq"),
         auto_migrate=s.get("auto_migrate", boolean, True),
         connect_timeout=s.get("connect_timeout", duration(MAX_TIMEOUT), 5.0),
+        pooler=None if pooler == "none" else pooler,
+        listen_dsn=s.get("listen_dsn", _dsn, None),
     )
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _host_name(reader: Reader, node: Node) -> str:
+    value = text(max_chars=64)(reader, node)
+    if not _HOST_NAME.fullmatch(value):
+        raise Bad(HOST_RULE, value)
+    return value
+
+
+HOST_RULE = "must be 1-64 letters, digits, '.', '_' or '-'"
+
+
+def _host(reader: Reader, top: Section) -> str | None:
+    """The host identity: PGQ_HOST, else the YAML's `host`, else None (the machine's name).
+    The environment wins so one file can serve several supervisors on one machine."""
+    configured = top.get("host", _host_name, None)
+    override = reader.env.get("PGQ_HOST")
+    if override is None:
+        return configured
+    if not _HOST_NAME.fullmatch(override):
+        reader.report("host", f"PGQ_HOST {HOST_RULE}, got {override[:80]!r}")
+        return None
+    return override
 
 
 def _dsn(reader: Reader, node: Node) -> str:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
 from supervisor.runtime import proctitle
 from supervisor.runtime.board import State
-from supervisor.runtime.children import HOSTNAME, Child, Slot, spawn
+from supervisor.runtime.children import Child, Slot, host_identity, spawn
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
 from supervisor.runtime.pending import Readable
@@ -92,17 +92,29 @@ class Master:
         self.handlers = handlers
         self.kinds = sorted(handlers)
         self.dsn = dsn
-        self.supervisor_id = f"{HOSTNAME}:{os.getpid()}:{secrets.token_hex(4)}"
+        # Fixed for the master's life: a reload does not rename a running supervisor.
+        self.host_name = host_identity(config)
+        self.supervisor_id = f"{self.host_name}:{os.getpid()}:{secrets.token_hex(4)}"
         self.db = MasterDatabase(
-            dsn, name="master", connect_timeout=config.database.connect_timeout
-        )
-        self.listener = MasterDatabase(
             dsn,
-            name="listener",
+            name="master",
             connect_timeout=config.database.connect_timeout,
-            on_connect=lambda conn: conn.execute(
-                f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
-            ),
+            pooled=config.database.pooled,
+        )
+        # LISTEN needs a session of its own: never through a transaction pooler. Without a
+        # listen_dsn there, no listener at all: idle children poll.
+        listen_dsn = config.database.wakeup_dsn(dsn)
+        self.listener = (
+            MasterDatabase(
+                listen_dsn,
+                name="listener",
+                connect_timeout=config.database.connect_timeout,
+                on_connect=lambda conn: conn.execute(
+                    f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
+                ),
+            )
+            if listen_dsn is not None
+            else None
         )
         self.listener_fd: int | None = None
         self.metrics = metrics
@@ -204,6 +216,11 @@ class Master:
             sum(p.processes for p in self.config.pools.values()),
             self.config.path,
         )
+        if self.listener is None:
+            log.info(
+                "wake-ups: no LISTEN through a transaction pooler and no database.listen_dsn; "
+                "idle children poll every poll_interval"
+            )
 
     def build_services(self) -> None:
         config = self.config
@@ -281,7 +298,7 @@ class Master:
         with contextlib.suppress(Exception):
             fds.append(self.selector.fileno())  # type: ignore[attr-defined]
         for db in (self.db, self.listener, *self.side_sessions()):
-            fd = db.fileno()
+            fd = db.fileno() if db is not None else None
             if fd is not None:
                 fds.append(fd)
         for child in self.children.values():
@@ -313,6 +330,7 @@ class Master:
                 pool=runtime.config,
                 slot=slot.index,
                 generation=runtime.generation,
+                host=self.host_name,
                 dsn=self.dsn,
                 handlers=self.handlers,
                 kinds=self.kinds,
@@ -491,6 +509,8 @@ class Master:
     # -- wake-ups ------------------------------------------------------------------------------
 
     def handle_notifications(self) -> None:
+        if self.listener is None:
+            return  # polling only: a transaction pooler and no listen_dsn
         conn = self.listener.connection()
         fd = conn.fileno() if conn is not None else None
         if fd != self.listener_fd:
@@ -502,6 +522,8 @@ class Master:
             self.listener_fd = fd
 
     def read_notifications(self) -> None:
+        if self.listener is None:
+            return
         notifies = self.listener.run("listen", lambda conn: list(conn.notifies(timeout=0)))
         # The stager and the scheduler wake this host's children themselves, without waiting
         # for their NOTIFY to come back round (it is for the other hosts).
@@ -660,7 +682,8 @@ class Master:
         for session in self.side_sessions():
             session.close()
         self.db.close()
-        self.listener.close()
+        if self.listener is not None:
+            self.listener.close()
         if self.metrics is not None:
             self.metrics.close()
         signal.set_wakeup_fd(-1)

@@ -17,9 +17,8 @@ import psycopg
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import control, maintenance
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
-from supervisor.runtime.children import HOSTNAME, Child
+from supervisor.runtime.children import Child
 from supervisor.runtime.database import MasterDatabase
 
 if TYPE_CHECKING:
@@ -35,6 +34,7 @@ class Host(Protocol):
     config: Config
     dsn: str
     supervisor_id: str
+    host_name: str
     counters: MasterCounters
     kinds: list[str]
 
@@ -89,15 +89,6 @@ class LeaseRenewal(Service):
             )
 
 
-def claim_singleton_run(
-    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
-) -> bool:
-    row = conn.execute(
-        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
-    ).fetchone()
-    return row is not None
-
-
 class Rescuer(Service):
     """Returns jobs whose lease expired to their queue (a host that died, a partition). With
     several supervisors on one database, the advisory lock and the maintenance record make one
@@ -133,7 +124,7 @@ class Rescuer(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once per interval across every supervisor on the database, not once per host."""
-        if not claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+        if not maintenance.claim_run(conn, "rescue", self.host.supervisor_id, self.interval):
             return False
         self.host.counters.rescuer_runs += 1
         log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
@@ -246,7 +237,7 @@ class Registry(Service):
         pruned = host.db.run(
             "registry heartbeat",
             lambda conn: registry.heartbeat(
-                conn, host.supervisor_id, HOSTNAME, host.config.path, rows
+                conn, host.supervisor_id, host.host_name, host.config.path, rows
             ),
         )
         for sid, other_host, pid in pruned or []:

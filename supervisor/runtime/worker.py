@@ -267,6 +267,7 @@ class Worker:
                     self.spec.dsn,
                     application_name=f"pgq-supervisor {self.pool.name}#{self.spec.slot}",
                     connect_timeout=self.spec.config.database.connect_timeout,
+                    pooled=self.spec.config.database.pooled,
                 )
                 self._give_back_lost_claims()
                 return True
