@@ -33,7 +33,9 @@ def _db() -> psycopg.Connection[Any]:
     pid = os.getpid()
     # A new connection after the old one broke (a database restart in a fault test).
     if pid not in _conn or _conn[pid].closed:
-        _conn[pid] = psycopg.connect(os.environ["PGQ_DSN"], autocommit=True)
+        # PGQ_LEDGER_DSN: a direct connection when the supervisor's own goes through a pooler.
+        ledger = os.environ.get("PGQ_LEDGER_DSN") or os.environ["PGQ_DSN"]
+        _conn[pid] = psycopg.connect(ledger, autocommit=True)
     return _conn[pid]
 
 
@@ -56,6 +58,12 @@ def sleep(seconds: float = 0.0, *, job: JobContext, **_: Any) -> None:
     _record(job, "started")
     time.sleep(seconds)
     _record(job, "finished")
+
+
+def sleep_offline(seconds: float, *, job: JobContext) -> None:
+    """Records its start, then needs no database: it finishes fine through an outage."""
+    _record(job, "started")
+    time.sleep(seconds)
 
 
 def busy(seconds: float, *, job: JobContext) -> None:
@@ -123,6 +131,13 @@ def crash(how: str = "exit", *, job: JobContext) -> None:
     if how == "segfault":
         ctypes.string_at(0)
     if how == "kill":
+        os.kill(os.getpid(), 9)
+
+
+def crash_once(*, job: JobContext, **_: Any) -> None:
+    """Its first attempt kills its own worker process (SIGKILL); the next one succeeds."""
+    _record(job)
+    if job.attempt == 1:
         os.kill(os.getpid(), 9)
 
 

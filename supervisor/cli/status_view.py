@@ -110,7 +110,7 @@ class Status:
                 )
             if q.paused:
                 found.append(
-                    f"queue {safe(q.queue)} is paused: {_jobs(q.available)} due wait for "
+                    f"queue {safe(q.queue)} is paused: {_jobs(q.available)} due and waiting for "
                     "`queues resume`"
                 )
             if q.unserved:

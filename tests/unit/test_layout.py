@@ -26,6 +26,8 @@ MASTER = (
     "supervisor.runtime.services",
     "supervisor.runtime.metrics_feed",
     "supervisor.runtime.vacuum",
+    "supervisor.runtime.stager",
+    "supervisor.runtime.scheduler",
     "supervisor.runtime.database",
     "supervisor.runtime.registry",
 )
