@@ -366,7 +366,15 @@ class FleetDrill:
             checks[f"{task}_never_twice_in_an_interval"] = all(g >= interval * 0.9 for g in gaps)
             if task == "rescue":
                 after = [r for r in runs if kill and r[2] > (kill.ended or kill.at)]
-                checks["rescue_on_several_hosts"] = len(by_host) > 1
+                # The duty moves when its host dies: if the killed host ran the rescuer before,
+                # another host runs it afterwards. (When another host held it all along, it
+                # rightly stays there.)
+                if kill is not None and any(
+                    host == kill.detail and at <= kill.at for host, _, at in runs
+                ):
+                    checks["rescue_moved_off_the_killed_host"] = any(
+                        host != kill.detail for host, _, at in after
+                    )
                 checks["rescue_kept_running_after_host_kill"] = bool(after)
                 checks["rescue_never_stalled"] = all(g <= interval + DUTY_SLACK for g in gaps)
         if self.purge_at is not None:
