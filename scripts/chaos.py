@@ -8,10 +8,14 @@ does not own it). While the jobs drain it injects, on a seeded schedule: SIGKILL
 child; a deploy (SIGTERM, wait for exit 0, start again); SIGKILL of the master, then a
 restart; a master frozen (SIGSTOP) past its leases while another host's rescuer runs; a
 restart of PostgreSQL; a kill -9 of PostgreSQL, then a start; pg_terminate_backend of the
-supervisor's sessions. Then it stops the supervisor cleanly and checks (chaos_checks.py)
-that every job completed exactly once, that every extra execution is explained by a fault, and
-that nothing was left running. The last line on stdout is one JSON object with the figures;
-the exit status is 0 only if every check held. Everything started is stopped on any exit.
+supervisor's sessions; and faults that overlap, as real outages do: a deploy (SIGTERM) while
+PostgreSQL is down, a reload (SIGHUP, every pool retired) while it is down, a read-only period
+(a failover's demoted primary). Some jobs of the threaded pool hang past their kind's timeout.
+While the database is down, no process of the supervisor may spin (its CPU is measured). Then
+it stops the supervisor cleanly and checks (chaos_checks.py) that every job completed exactly
+once, that every extra execution is explained by a fault, and that nothing was left running.
+The last line on stdout is one JSON object with the figures; the exit status is 0 only if
+every check held. Everything started is stopped on any exit.
 """
 
 from __future__ import annotations
@@ -51,13 +55,18 @@ from supervisor.embedded.server import EmbeddedPostgres
 from supervisor.queue import maintenance
 
 FAULTS = ("child_kill", "deploy", "master_kill", "freeze", "pg_restart", "pg_kill", "terminate")
+FAULTS += ("outage_deploy", "outage_reload", "read_only")
 # Full drills draw faults by weight; a child dies far more often than a database.
 WEIGHTS = {"child_kill": 4, "deploy": 1, "master_kill": 1, "pg_restart": 1, "pg_kill": 1}
-WEIGHTS |= {"terminate": 2, "freeze": 1}
+WEIGHTS |= {"terminate": 2, "freeze": 1, "outage_deploy": 1, "outage_reload": 1, "read_only": 1}
 SHORT = {"child_kill": 3, "deploy": 1, "master_kill": 1, "pg_restart": 1, "pg_kill": 1}
-SHORT |= {"terminate": 2, "freeze": 1}
+SHORT |= {"terminate": 2, "freeze": 1, "outage_deploy": 1, "outage_reload": 1, "read_only": 1}
 LEASE = 6.0
 SHUTDOWN_TIMEOUT = 10.0
+# The kind whose first attempts hang in the threaded pool; they are stopped at this timeout.
+HANG_TIMEOUT = 2.0
+# While the database is down, a waiting process may use at most this share of one core.
+CPU_BOUND = 0.3
 # Seconds of --timeout kept for the final clean stop and the checks.
 RESERVE = SHUTDOWN_TIMEOUT + 30.0
 # Handler slots across the pools below: what one fault can interrupt at most.
@@ -66,6 +75,7 @@ CAPACITY = 2 * 8 + 1 * 6 + 1 * 1
 CONFIG = f"""
 handlers:
   chaos: chaos_handlers:work
+  chaos_hang: chaos_handlers:work
 pools:
   batch:
     processes: 2
@@ -82,6 +92,7 @@ pools:
     queues: {{high: 3, normal: 2, low: 1}}
 jobs:
   chaos: {{timeout: 60s, backoff: {{base: 200ms, cap: 2s}}}}
+  chaos_hang: {{timeout: {HANG_TIMEOUT:g}s, backoff: {{base: 200ms, cap: 2s}}}}
 shutdown_timeout: {SHUTDOWN_TIMEOUT:g}s
 lease: {{duration: {LEASE:g}s, renew_every: 1s}}
 rescue: {{interval: 2s}}
@@ -94,7 +105,9 @@ def log(message: str) -> None:
     print(f"chaos {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def make_jobs(count: int, rng: random.Random, spread: float, ms: float) -> list[NewJob]:
+def make_jobs(
+    count: int, rng: random.Random, spread: float, ms: float, hang_share: float
+) -> list[NewJob]:
     queues = [q for q, share in QUEUES for _ in range(share)]
     jobs = []
     for i in range(count):
@@ -111,7 +124,11 @@ def make_jobs(count: int, rng: random.Random, spread: float, ms: float) -> list[
             args["ms"] = round(rng.uniform(50, 300), 1)
         delay = spread * i / count if spread else None
         queue = rng.choice(queues)
-        jobs.append(NewJob("chaos", args, queue, delay=delay, max_attempts=max_attempts))
+        kind = "chaos"
+        if queue == "io" and rng.random() < hang_share:
+            # The first attempt hangs past the kind's timeout, among threaded siblings.
+            kind, args["mode"], args["hang"] = "chaos_hang", "hang", 4 * HANG_TIMEOUT
+        jobs.append(NewJob(kind, args, queue, delay=delay, max_attempts=max_attempts))
     return jobs
 
 
@@ -143,6 +160,8 @@ class Drill:
         self.modes: dict[int, str] = {}
         self.ids: list[int] = []
         self.capacity = CAPACITY
+        self.cpu_while_down: list[float] = []
+        self.reload_count = 0
         # The faults stop early enough for the final stop and the checks to fit in --timeout.
         self.deadline = time.monotonic() + max(10.0, args.timeout - RESERVE)
 
@@ -158,7 +177,9 @@ class Drill:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(LEDGER_SQL)
             ids: list[int] = []
-            jobs = make_jobs(self.args.jobs, self.rng, self.args.spread, self.args.ms)
+            jobs = make_jobs(
+                self.args.jobs, self.rng, self.args.spread, self.args.ms, self.args.hang_share
+            )
             for start in range(0, len(jobs), 2000):
                 with conn.transaction():
                     ids += enqueue_many(conn, jobs[start : start + 2000])
@@ -220,9 +241,15 @@ class Drill:
             self.server.kill()
             # Sometimes longer than a lease: the rescuer then races the renewal on return.
             down = self.rng.uniform(0.5, 8.0)
-            fault.detail = f"down {down:.1f}s"
-            time.sleep(down)
+            cpu = self.measure_cpu(down)
+            fault.detail = f"down {down:.1f}s, busiest process {cpu:.0%} of a core"
             self.server.start()
+        elif kind == "outage_deploy":
+            fault.detail = self.outage_deploy()
+        elif kind == "outage_reload":
+            fault.detail = self.outage_reload()
+        elif kind == "read_only":
+            fault.detail = self.read_only()
         elif kind == "terminate":
             rows = query(
                 self.dsn,
@@ -257,6 +284,73 @@ class Drill:
             os.kill(master, signal.SIGCONT)
         return f"rescued {len(moved)} jobs {[m.id for m in moved][:20]}"
 
+    def outage_deploy(self) -> str:
+        """A deploy during a database restart: SIGTERM while PostgreSQL is down. The draining
+        children must wait for it (without spinning) and write what they finished."""
+        down = self.rng.uniform(2.0, 5.0)
+        self.server.stop("fast")
+        self.current.proc.send_signal(signal.SIGTERM)
+        cpu = self.measure_cpu(down)
+        self.server.start()
+        self.stop_current("outage_deploy", signal_sent=True)
+        self.start_supervisor()
+        return f"down {down:.1f}s, busiest process {cpu:.0%} of a core"
+
+    def outage_reload(self) -> str:
+        """A reload during an outage: SIGHUP with a changed policy retires every pool. The
+        retired children must drain under the shutdown deadline, not spin forever."""
+        retired = self.current.children()
+        down = self.rng.uniform(2.0, 5.0)
+        self.server.stop("fast")
+        self.reload_count += 1
+        policy = f"timeout: {60 + self.reload_count}s"
+        self.config.write_text(CONFIG.replace("timeout: 60s", policy))
+        os.kill(self.current.pid, signal.SIGHUP)
+        cpu = self.measure_cpu(down)
+        self.server.start()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT + 10
+        while any(_exists(pid) for pid in retired) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [pid for pid in retired if _exists(pid)]
+        if left:
+            self.problems.append(f"children {left} retired by a reload outlived their deadline")
+        return f"down {down:.1f}s, {len(retired)} retired, busiest process {cpu:.0%} of a core"
+
+    def read_only(self) -> str:
+        """A read-only period, as after a failover demoted the primary: every write fails
+        (SQLSTATE 25006) until it ends; the supervisor must carry on and lose nothing."""
+        period = self.rng.uniform(1.0, 4.0)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            conn.execute("SELECT pg_reload_conf()")
+            time.sleep(period)
+            conn.execute("SET default_transaction_read_only = off")
+            conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+            conn.execute("SELECT pg_reload_conf()")
+        return f"read-only {period:.1f}s"
+
+    def measure_cpu(self, seconds: float) -> float:
+        """Wait out an outage while measuring the CPU of every process of the current
+        supervisor; returns the busiest one's share of a core (and records it)."""
+        procs = []
+        for seen in alive_in_sessions({self.current.pid}):
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(seen.pid)
+                procs.append((proc, sum(proc.cpu_times()[:2])))
+        time.sleep(seconds)
+        busiest, who = 0.0, ""
+        for proc, before in procs:
+            with contextlib.suppress(psutil.Error):
+                share = (sum(proc.cpu_times()[:2]) - before) / seconds
+                if share > busiest:
+                    busiest, who = share, " ".join(proc.cmdline())[:80]
+        self.cpu_while_down.append(busiest)
+        if busiest > CPU_BOUND:
+            self.problems.append(
+                f"a process used {busiest:.0%} of a core while the database was down: {who}"
+            )
+        return busiest
+
     def started(self, ids: list[int]) -> list[tuple[Any, ...]]:
         return query(
             self.dsn, "SELECT DISTINCT job_id FROM chaos_ledger WHERE job_id = ANY(%s)", (ids,)
@@ -273,9 +367,10 @@ class Drill:
         if left:
             self.problems.append(f"killed child {victim} left processes {left} in its group")
 
-    def stop_current(self, why: str) -> None:
+    def stop_current(self, why: str, signal_sent: bool = False) -> None:
         inc = self.current
-        inc.proc.send_signal(signal.SIGTERM)
+        if not signal_sent:
+            inc.proc.send_signal(signal.SIGTERM)
         try:
             code = inc.proc.wait(SHUTDOWN_TIMEOUT + 20)
         except Exception:
@@ -349,6 +444,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.ms is None:
         args.ms = 30.0 if args.faults == "short" else 2.0
     args.gap = (0.5, 1.5) if args.faults == "short" else (2.0, 4.0)
+    # Threaded-pool jobs whose first attempt hangs: a few in a short drill, 1 in 500 in full.
+    args.hang_share = 0.03 if args.faults == "short" else 0.002
     return args
 
 

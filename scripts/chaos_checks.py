@@ -10,6 +10,8 @@
   while it ran. Their number is bounded by the handler slots times the faults.
 - No process of any supervisor incarnation survives, nor any in a killed child's group.
 - The supervisors logged no bug: no crash of a worker loop, no failing master step.
+- While the database was down, no process of the supervisor spun (scripts/chaos.py measures
+  their CPU during each outage and reports any above its bound as trouble).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from chaos_procs import Incarnation, Tracker
 SLACK = 1.0
 # Children of a killed master leave within the orphan grace of supervisor.runtime.worker.
 LEFTOVER_WAIT = 10.0
-DB_FAULTS = ("pg_restart", "pg_kill", "terminate")
+DB_FAULTS = ("pg_restart", "pg_kill", "terminate", "outage_deploy", "outage_reload", "read_only")
+# Faults that end the incarnation: every execution of theirs that was cut short is explained.
+MASTER_FAULTS = ("master_kill", "deploy", "outage_deploy", "host_kill")
 _LEASE_LOST = re.compile(
     r"lease lost, result dropped: job (\d+) \(.*?\) on queue .*? while attempt (\d+) ran here"
 )
@@ -47,6 +51,7 @@ class Drill(Protocol):
     problems: list[str]
     capacity: int
     modes: dict[int, str]
+    cpu_while_down: list[float]
 
 
 @dataclass
@@ -89,7 +94,7 @@ def _explain(
         if f.kind == "child_kill" and e.pid in f.pids and f.at >= e.at - SLACK:
             return "child_kill"
     for f in faults:
-        if f.kind in ("master_kill", "deploy") and sid is not None and f.sid == sid:
+        if f.kind in MASTER_FAULTS and sid is not None and f.sid == sid:
             return f.kind
     for f in faults:
         end = f.ended or f.at
@@ -209,6 +214,7 @@ def verify(drill: Drill, ids: list[int], began: float, ended: float) -> dict[str
         "extra_by_cause": dict(causes),
         "extra_bound": bound,
         "lease_lost_logged": len(lease_lost),
+        "max_cpu_while_db_down": round(max(drill.cpu_while_down, default=0.0), 3),
         "faults": dict(Counter(f.kind for f in drill.faults)),
         "incarnations": len(drill.incarnations),
         "processes_seen": len(drill.tracker.seen),

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import psycopg
+import psycopg.errors
 
 from supervisor import JobContext
 
@@ -78,7 +79,8 @@ def _record(job: JobContext, planned_fail: bool) -> None:
                 (job.id, job.lease_id, job.attempt, os.getpid(), planned_fail),
             )
             return
-        except psycopg.OperationalError:
+        except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction):
+            # Down, or read-only for a while (a failover drill): wait as for an outage.
             conn = getattr(_local, "conn", None)
             if conn is not None:
                 conn.close()
@@ -88,11 +90,16 @@ def _record(job: JobContext, planned_fail: bool) -> None:
             time.sleep(0.2)
 
 
-def work(*, job: JobContext, ms: float = 0.0, mode: str = "ok", spawn: float = 0.0) -> None:
-    """mode "ok" succeeds, "flaky" fails its first attempt, "fail" always fails; spawn runs a
-    subprocess (a renderer's helper) that a kill must not leave behind."""
-    planned_fail = mode == "fail" or (mode == "flaky" and job.attempt == 1)
+def work(
+    *, job: JobContext, ms: float = 0.0, mode: str = "ok", spawn: float = 0.0, hang: float = 0.0
+) -> None:
+    """mode "ok" succeeds, "flaky" fails its first attempt, "fail" always fails, "hang" hangs
+    its first attempt for ``hang`` seconds (past its kind's timeout); spawn runs a subprocess
+    (a renderer's helper) that a kill must not leave behind."""
+    planned_fail = mode == "fail" or (mode in ("flaky", "hang") and job.attempt == 1)
     _record(job, planned_fail)
+    if mode == "hang" and planned_fail:
+        time.sleep(hang)
     if spawn:
         subprocess.run(["sleep", str(spawn)], check=True)
     if ms:

@@ -18,7 +18,8 @@ SELECT EXISTS (
 );
 
 -- name: waiting_elsewhere
--- Jobs of other runs waiting or running in the demo's queues: the supervisor runs them too.
+-- Jobs of other runs waiting (now or for later) or running in the demo's queues: the supervisor
+-- runs them too.
 SELECT count(*)
 FROM pgq.jobs
 WHERE queue = ANY(%(queues)s::text[])
@@ -37,8 +38,11 @@ SELECT
     queue,
     state,
     count(*) AS jobs,
-    coalesce(sum(CASE WHEN state IN ('available', 'scheduled') THEN attempts
-                      ELSE greatest(attempts - 1, 0) END), 0) AS failed,
+    coalesce(sum(CASE
+                     WHEN state IN ('available', 'scheduled') THEN attempts
+                     ELSE greatest(attempts - 1, 0)
+                 END),
+             0) AS failed,
     max(finished_at) AS last_finished
 FROM pgq.jobs
 WHERE id = ANY(%(ids)s::bigint[])
@@ -71,9 +75,9 @@ ORDER BY finished_at, id
 LIMIT %(limit)s;
 
 -- name: withdraw
--- Deletes the demo's jobs that are waiting (due now, or scheduled: a retry's backoff), when it
--- stops early (Ctrl-C, timeout): they would otherwise run at the next start, their webhooks
--- aimed at a receiver long gone.
+-- Deletes the demo's jobs that have not started, when it stops early (Ctrl-C, timeout): they
+-- would otherwise run at the next start, their webhooks aimed at a receiver long gone. A retry
+-- waiting for its backoff is 'scheduled'.
 DELETE FROM pgq.jobs
 WHERE id = ANY(%(ids)s::bigint[])
   AND state IN ('available', 'scheduled');

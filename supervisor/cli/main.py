@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import jobs, operator, queues, schedules  # noqa: F401
+    from supervisor.cli import jobs, operator, queues, schedules, web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +110,8 @@ def check(ctx: Context) -> int:
     pools = ctx.config.pools
     print(
         f"{ctx.config.path}: OK: {len(pools)} pools, "
-        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers"
+        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers, "
+        f"{len(ctx.config.schedules)} schedules"
     )
     return MasterExit.OK
 
@@ -123,7 +124,7 @@ def migrate_verb(ctx: Context) -> int:
     # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
     # of leaving the server we started running.
     with stoppable_startup(), database(ctx) as dsn:
-        applied = migrate(dsn)
+        applied = migrate(dsn, pooled=ctx.config.database.pooled)
     if applied is None:
         return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if applied:
@@ -155,7 +156,7 @@ def run(ctx: Context) -> int:
     with stoppable_startup(), database(ctx) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
-            for m in migrate(dsn):
+            for m in migrate(dsn, pooled=ctx.config.database.pooled):
                 log.info("applied migration %04d_%s", m.version, m.name)
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
 

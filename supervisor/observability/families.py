@@ -219,6 +219,16 @@ def master_families(c: MasterCounters) -> list[Family]:
         ("pgq_purged_jobs_total", "Dead letters deleted by the nightly purge.", c.purged),
         ("pgq_rescuer_runs_total", "Rescuer passes this supervisor ran.", c.rescuer_runs),
         ("pgq_vacuums_total", "VACUUMs of pgq.jobs this supervisor ran.", c.vacuums),
+        (
+            "pgq_staged_jobs_total",
+            "Scheduled jobs this supervisor's stager made available at their run_at.",
+            c.staged,
+        ),
+        (
+            "pgq_schedule_jobs_total",
+            "Jobs this supervisor enqueued for ticks of periodic schedules.",
+            c.schedule_jobs,
+        ),
     ]
     singles = [Family(name, "counter", text).add(value) for name, text, value in simple]
     turns = Family(

@@ -105,9 +105,17 @@ def connect(
     autocommit: bool = True,
     application_name: str = "pgq-supervisor",
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooled: bool = False,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
-    """Open a connection; a failure becomes a DatabaseError naming the server, not the secret."""
+    """Open a connection; a failure becomes a DatabaseError naming the server, not the secret.
+
+    ``pooled``: the DSN reaches PostgreSQL through a transaction-mode pooler, where each
+    transaction may run on a different server session; a statement psycopg prepared on one
+    would be missing on the next, so nothing is prepared server-side.
+    """
+    if pooled:
+        kwargs["prepare_threshold"] = None
     try:
         return psycopg.connect(
             dsn,

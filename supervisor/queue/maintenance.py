@@ -45,10 +45,12 @@ def requeue_worker(
     reason: str,
     *,
     spent: Sequence[int] | None = None,
+    keep: Sequence[int] = (),
     max_attempts: Mapping[str, int] | None = None,
     history: bool = False,
 ) -> list[Moved]:
-    """Give back every job held by ``worker``, which is known to be gone.
+    """Give back every job held by ``worker`` except those in ``keep``: the worker is gone,
+    or (a live worker after a reconnect) it holds the others on paper only.
 
     Jobs in ``spent`` were running when it died and keep their attempt spent (one of them may be
     what killed it); ``None`` means every job counts, when nobody knows which were running.
@@ -59,6 +61,7 @@ def requeue_worker(
         "reason": reason,
         "history": history,
         "spent": list(spent) if spent is not None else None,
+        "keep": list(keep),
         **_policy_params(max_attempts),
     }
     rows = conn.execute(query("requeue_worker"), params).fetchall()
@@ -81,12 +84,44 @@ def rescue_batch(
 
 
 def try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    """A session advisory lock, held until ``unlock`` or the session ends (direct sessions
+    only: behind a transaction pooler use ``claim_turn``)."""
     row = conn.execute(query("try_advisory_lock"), {"key": key}).fetchone()
     return bool(row and row[0])
 
 
 def unlock(conn: psycopg.Connection[Any], key: int) -> None:
     conn.execute(query("advisory_unlock"), {"key": key})
+
+
+def _try_xact_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    row = conn.execute(query("try_advisory_xact_lock"), {"key": key}).fetchone()
+    return bool(row and row[0])
+
+
+def claim_run(conn: psycopg.Connection[Any], task: str, run_by: str, interval: float) -> bool:
+    """Record that ``run_by`` runs the singleton ``task`` now, unless some supervisor ran it
+    within 90% of ``interval`` seconds; True when the caller should run it. Every run claimed
+    is also logged in pgq.maintenance_runs, where a fleet's duties can be audited."""
+    row = conn.execute(
+        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
+    ).fetchone()
+    return row is not None
+
+
+def claim_turn(
+    conn: psycopg.Connection[Any], key: int, task: str, run_by: str, interval: float
+) -> bool:
+    """Whether this supervisor runs ``task`` now: in one transaction, the task's advisory lock
+    (transaction-scoped, so no session state: it works through a transaction pooler and is
+    never left held) and ``claim_run``."""
+    with conn.transaction():
+        return _try_xact_lock(conn, key) and claim_run(conn, task, run_by, interval)
+
+
+def forget_maintenance_runs(conn: psycopg.Connection[Any], older_than: datetime) -> int:
+    """Trim the log of maintenance runs; returns how many rows went."""
+    return conn.execute(query("purge_maintenance_runs"), {"older_than": older_than}).rowcount
 
 
 def rescue(
@@ -97,25 +132,25 @@ def rescue(
     history: bool = False,
     only_if: Callable[[psycopg.Connection[Any]], bool] | None = None,
 ) -> list[Moved] | None:
-    """Rescue every expired lease, in bounded batches, under the rescuer's advisory lock.
+    """Rescue every expired lease in bounded batches, each its own transaction under the
+    rescuer's transaction-scoped advisory lock (no session state: pooler-safe).
 
     Returns None when another rescuer holds the lock (it is doing this work right now), or
-    when ``only_if``, asked while the lock is held, says not to run this time.
-    ``conn`` must be an autocommit session: the lock is held by the session.
+    when ``only_if``, asked under the lock in the first transaction, says not to run this time.
     """
-    if not try_lock(conn, locks.RESCUE):
-        return None
-    try:
-        if only_if is not None and not only_if(conn):
-            return None
-        moved: list[Moved] = []
-        while True:
+    moved: list[Moved] = []
+    first = True
+    while True:
+        with conn.transaction():
+            if not _try_xact_lock(conn, locks.RESCUE):
+                return None if first else moved  # another rescuer took over between batches
+            if first and only_if is not None and not only_if(conn):
+                return None
             chunk = rescue_batch(conn, limit=batch, max_attempts=max_attempts, history=history)
-            moved.extend(chunk)
-            if len(chunk) < batch:
-                return moved
-    finally:
-        unlock(conn, locks.RESCUE)
+        first = False
+        moved.extend(chunk)
+        if len(chunk) < batch:
+            return moved
 
 
 def purge_discarded_slice(

@@ -7,13 +7,16 @@ The master reads the boards on its tick for job timeouts, process titles, status
 
 Layout: 8-byte words, viewed both as unsigned integers and as doubles. Words 0-63 hold the
 state, counters and histograms; then one 8-word record per handler thread, each guarded by a
-sequence number (odd while the child is writing) so the master never reads half a record.
+sequence number (odd while the child is writing) so the master never reads half a record; then
+the list of jobs that ran here but whose outcome is not written yet (a sequence number, a count,
+the ids), so that a child killed before writing them is not said to have held them unstarted.
 """
 
 from __future__ import annotations
 
 import mmap
 import time
+from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from enum import IntEnum
@@ -55,12 +58,15 @@ _JOB_SECONDS = 13  # double: sum of handler seconds
 _MEMORY = 14  # bytes, last measured by the child
 _CLAIM_BUCKETS_AT = 16
 _JOB_BUCKETS_AT = 36
+# The one word the master writes: the id of a running job someone cancelled, read by the child
+# when the master's TERM arrives, so it ends that job cancelled instead of draining it.
+_CANCEL_JOB = 60
 
 # Histogram upper bounds in seconds (Prometheus "le"), +Inf implied.
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 JOB_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 assert _CLAIM_BUCKETS_AT + len(CLAIM_BUCKETS) + 1 <= _JOB_BUCKETS_AT
-assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= HEADER_WORDS
+assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= _CANCEL_JOB < HEADER_WORDS
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,12 @@ class RunningJob:
 
 
 class Board:
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, unrecorded: int = 0) -> None:
         self.threads = threads
-        self._map = mmap.mmap(-1, (HEADER_WORDS + THREAD_WORDS * threads) * WORD)
+        # Room for the ids of jobs run but not yet recorded; more than this are not listed.
+        self.unrecorded_room = unrecorded
+        self._unrecorded_at = HEADER_WORDS + THREAD_WORDS * threads
+        self._map = mmap.mmap(-1, (self._unrecorded_at + 2 + unrecorded) * WORD)
         self._u = memoryview(self._map).cast("Q")
         self._d = memoryview(self._map).cast("d")
 
@@ -119,13 +128,31 @@ class Board:
         u[base] += 1  # even: consistent
         return now
 
+    def set_unrecorded(self, job_ids: list[int]) -> None:
+        """The jobs that ran here whose outcome is not written yet (as many as there is room
+        for)."""
+        base, ids = self._unrecorded_at, job_ids[: self.unrecorded_room]
+        u = self._u
+        u[base] += 1  # odd: writing
+        u[base + 1] = len(ids)
+        u[base + 2 : base + 2 + len(ids)] = array("Q", ids)
+        u[base] += 1  # even: consistent
+
     def job_finished(self, thread: int) -> None:
         base = HEADER_WORDS + thread * THREAD_WORDS
         self._u[base] += 1
         self._u[base + 1] = 0
         self._u[base] += 1
 
+    def cancelled_job(self) -> int:
+        """The job the master was asked to cancel (0: none)."""
+        return int(self._u[_CANCEL_JOB])
+
     # -- read by the master ----------------------------------------------------------------
+
+    def cancel_job(self, job_id: int) -> None:
+        """Written by the master just before it stops the child to cancel ``job_id``."""
+        self._u[_CANCEL_JOB] = job_id
 
     @property
     def state(self) -> State:
@@ -172,6 +199,20 @@ class Board:
                     RunningJob(thread, job_id, lease_id, kind - 1, started, deadline or None, wall)
                 )
         return jobs
+
+    def unrecorded(self) -> list[int]:
+        """The child's list of jobs run but not recorded; empty if it never settled while
+        read (a child killed mid-write leaves it odd for good)."""
+        base = self._unrecorded_at
+        for _ in range(100):
+            before = self._u[base]
+            if before % 2:
+                continue
+            count = min(int(self._u[base + 1]), self.unrecorded_room)
+            ids = list(self._u[base + 2 : base + 2 + count])
+            if self._u[base] == before:
+                return ids
+        return []
 
     def close(self) -> None:
         self._u.release()

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
     from supervisor.config.handlers import Handler
 
-HOSTNAME = socket.gethostname()
 # A child that dies within this many seconds of its spawn without claiming anything failed to
 # boot, like one that never got ready.
 BOOT_WINDOW = 3.0
@@ -38,9 +37,15 @@ BACKOFF_CAP = 30.0
 MASTER_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT}
 
 
-def worker_identity(pid: int, token: str) -> str:
+def host_identity(config: Config) -> str:
+    """The name this supervisor goes by in worker ids and the registry: PGQ_HOST or the YAML's
+    `host` (several supervisors on one machine acting as several hosts), else the machine's."""
+    return config.host or socket.gethostname()
+
+
+def worker_identity(host: str, pid: int, token: str) -> str:
     """Unique per process incarnation: a restarted host or a reused pid gets a new one."""
-    return f"{HOSTNAME}:{pid}:{token}"
+    return f"{host}:{pid}:{token}"
 
 
 @dataclass
@@ -59,6 +64,12 @@ class Child:
     # Set when the master decided to kill it: why, and when TERM turns into KILL.
     kill_reason: str | None = None
     kill_at: float | None = None
+    kill_grace: float = 0.0  # seconds from the TERM to kill_at, for the log
+
+    def kill_by(self, deadline: float, grace: float) -> None:
+        """KILL at ``deadline`` unless gone before; an earlier deadline already set stands."""
+        if self.kill_at is None or deadline < self.kill_at:
+            self.kill_at, self.kill_grace = deadline, grace
 
     @property
     def age(self) -> float:
@@ -142,12 +153,14 @@ def spawn(
     pool: PoolConfig,
     slot: int,
     generation: int,
+    host: str,
     dsn: str,
     handlers: Mapping[str, Handler],
     kinds: list[str],
     inherited_fds: Callable[[], list[int]],
 ) -> Child:
-    board = Board(pool.threads)
+    # Outcomes waiting to be written: at most a batch and what the threads hold besides.
+    board = Board(pool.threads, unrecorded=pool.batch + pool.threads)
     wake_r, wake_w = os.pipe()
     report_r, report_w = os.pipe()
     for fd in (wake_r, wake_w, report_r, report_w):
@@ -157,15 +170,13 @@ def spawn(
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
     try:
         pid = os.fork()
-        if pid == 0:  # the child; never returns
-            os.close(wake_w)
-            os.close(report_r)
+        if pid == 0:  # the child; never returns, whatever the spec's making raises
             child_main(
-                ChildSpec(
+                lambda: ChildSpec(
                     config=config,
                     pool=pool,
                     slot=slot,
-                    worker_id=worker_identity(os.getpid(), token),
+                    worker_id=worker_identity(host, os.getpid(), token),
                     dsn=dsn,
                     handlers=handlers,
                     kinds=kinds,
@@ -175,7 +186,8 @@ def spawn(
                     master_pid=master_pid,
                     max_jobs=jittered_max_jobs(pool.max_jobs),
                     inherited_fds=inherited_fds(),
-                )
+                ),
+                close_fds=(wake_w, report_r),
             )
     finally:
         if os.getpid() == master_pid:
@@ -189,7 +201,7 @@ def spawn(
         pool=pool.name,
         slot=slot,
         generation=generation,
-        worker_id=worker_identity(pid, token),
+        worker_id=worker_identity(host, pid, token),
         board=board,
         wake_fd=wake_w,
         report_fd=report_r,

@@ -42,17 +42,25 @@ class MasterDatabase:
         *,
         name: str,
         connect_timeout: float,
+        pooled: bool = False,
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.on_connect = on_connect
         self.name = name
         self.connect_timeout = connect_timeout
+        self.pooled = pooled
         self.conn: psycopg.Connection[Any] | None = None
         self.next_attempt = 0.0
         self.delay = RETRY_FIRST
         self.reachable = False
         self.down_since: float | None = None
+
+    def backend_pid(self) -> int | None:
+        """The server process of this session (NOTIFYs it sent carry it)."""
+        return (
+            self.conn.info.backend_pid if self.conn is not None and not self.conn.closed else None
+        )
 
     def fileno(self) -> int | None:
         return self.conn.fileno() if self.conn is not None else None
@@ -67,11 +75,9 @@ class MasterDatabase:
                 self.dsn,
                 application_name=f"pgq-supervisor {self.name}",
                 connect_timeout=self.connect_timeout,
+                pooled=self.pooled,
             )
-            self.conn.execute(
-                query("session_timeouts"),
-                {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT},
-            )
+            bound_session(self.conn, STATEMENT_TIMEOUT, LOCK_TIMEOUT, pooled=self.pooled)
             if self.on_connect is not None:
                 self.on_connect(self.conn)
         except (DatabaseError, psycopg.Error) as exc:
@@ -126,3 +132,18 @@ class MasterDatabase:
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
+
+
+def bound_session(
+    conn: psycopg.Connection[Any], statement_timeout: str, lock_timeout: str, *, pooled: bool
+) -> None:
+    """Give a session of the master's its time limits, so no statement can hold the loop.
+
+    Not behind a transaction pooler: a session setting would stay on the server connection the
+    pooler hands to its next client, whoever that is. There, set them on the role instead
+    (``ALTER ROLE ... SET statement_timeout``), as the README says."""
+    if not pooled:
+        conn.execute(
+            query("session_timeouts"),
+            {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout},
+        )

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -39,6 +40,10 @@ FLUSH_AFTER = 0.25
 class JobTimeout(BaseException):
     """Raised inside a handler that ran past its kind's timeout. A BaseException, so a
     handler's `except Exception` cannot swallow it."""
+
+
+class JobCancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran (the master stopped it)."""
 
 
 class Orphaned(BaseException):
@@ -78,6 +83,9 @@ class Results:
     # Called after retries or snoozes for later were written, so the master's stager wakes
     # for them at their run_at (the child reports it through its pipe; no NOTIFY on updates).
     on_scheduled: Callable[[], None] | None = None
+    # Told the ids of the jobs that ran here and wait to be written, whenever they change (the
+    # board shows them to the master: a child killed now held them run, not unstarted).
+    on_unrecorded: Callable[[list[int]], None] | None = None
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -86,6 +94,13 @@ class Results:
             self.settled.append(settlement)
         if self.oldest is None:
             self.oldest = time.monotonic()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_unrecorded is not None:
+            ran = [job.id for job in self.done]
+            ran += [s.job.id for s in self.settled if s.label != "released"]
+            self.on_unrecorded(ran)
 
     def __bool__(self) -> bool:
         return bool(self.done or self.settled)
@@ -145,6 +160,7 @@ class Results:
         self._announce(self.settled)
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
+        self._changed()
         return result.jobs
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
@@ -176,6 +192,7 @@ class Results:
             left = [(j, s) for j, s, _ in refused] + pending
             self.done = [job for job, s in left if s is None]
             self.settled = [s for _, s in left if s is not None]
+            self._changed()
         if not refused:
             self.oldest, self.retry_delay = None, 0.0
             return
@@ -305,11 +322,39 @@ class Executor:
         # own bookkeeping around it.
         self.interruptible = False
         self.deadline: float | None = None
+        # Frames that are ours, not the handler's: a signal landing in one of them finds the
+        # handler not yet called or already returned.
+        self._own_code: set[Any] = {Executor.run.__code__}
+        for h in handlers.values():
+            call = getattr(type(h).__call__, "__code__", None)
+            if call is not None:
+                self._own_code.add(call)
         # Handler threads share the board's counters; `+=` on shared memory is not atomic.
         self.counter_lock = threading.Lock()
 
+    def in_handler(self, frame: FrameType | None) -> bool:
+        """Whether a signal that interrupted ``frame`` (the main thread's innermost frame)
+        landed in the handler's own code. Checked by frame, not by a flag cleared after the
+        handler returns: between the return and the clearing, a flag would still say
+        "running" and a timeout raised there would turn a success into a failure."""
+        return self.interruptible and frame is not None and frame.f_code not in self._own_code
+
+    def timed_out(self, job: Job) -> outcomes.Settlement:
+        """The failure of a job stopped for running past its kind's timeout."""
+        policy = self.config.policy(job.kind)
+        return outcomes.failure(
+            job,
+            f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
+
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
+        if self.board.cancelled_job() == job.id:
+            # Cancelled after the claim, before its turn came (the master wrote it on the board).
+            return outcomes.cancelled(job, "cancelled before it started", started=False)
         policy = self.config.policy(job.kind)
         handler = self.handlers.get(job.kind)
         if handler is None:
@@ -353,13 +398,10 @@ class Executor:
                 settlement = outcomes.cancelled(job, "cancelled while running; the handler stopped")
         except JobTimeout:
             self.interruptible = False
-            settlement = outcomes.failure(
-                job,
-                f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
-                max_attempts=policy.max_attempts,
-                backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap,
-            )
+            settlement = self.timed_out(job)
+        except JobCancelled:
+            self.interruptible = False
+            settlement = outcomes.cancelled(job, "cancelled while running; the worker stopped it")
         except Orphaned:
             self.interruptible = False
             raise

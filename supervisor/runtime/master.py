@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
 from supervisor.runtime import proctitle
 from supervisor.runtime.board import State
-from supervisor.runtime.children import HOSTNAME, Child, Slot, spawn
+from supervisor.runtime.children import Child, Slot, host_identity, spawn
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
 from supervisor.runtime.pending import Readable
@@ -92,17 +92,29 @@ class Master:
         self.handlers = handlers
         self.kinds = sorted(handlers)
         self.dsn = dsn
-        self.supervisor_id = f"{HOSTNAME}:{os.getpid()}:{secrets.token_hex(4)}"
+        # Fixed for the master's life: a reload does not rename a running supervisor.
+        self.host_name = host_identity(config)
+        self.supervisor_id = f"{self.host_name}:{os.getpid()}:{secrets.token_hex(4)}"
         self.db = MasterDatabase(
-            dsn, name="master", connect_timeout=config.database.connect_timeout
-        )
-        self.listener = MasterDatabase(
             dsn,
-            name="listener",
+            name="master",
             connect_timeout=config.database.connect_timeout,
-            on_connect=lambda conn: conn.execute(
-                f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
-            ),
+            pooled=config.database.pooled,
+        )
+        # LISTEN needs a session of its own: never through a transaction pooler. Without a
+        # listen_dsn there, no listener at all: idle children poll.
+        listen_dsn = config.database.wakeup_dsn(dsn)
+        self.listener = (
+            MasterDatabase(
+                listen_dsn,
+                name="listener",
+                connect_timeout=config.database.connect_timeout,
+                on_connect=lambda conn: conn.execute(
+                    f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
+                ),
+            )
+            if listen_dsn is not None
+            else None
         )
         self.listener_fd: int | None = None
         self.metrics = metrics
@@ -204,6 +216,11 @@ class Master:
             sum(p.processes for p in self.config.pools.values()),
             self.config.path,
         )
+        if self.listener is None:
+            log.info(
+                "wake-ups: no LISTEN through a transaction pooler and no database.listen_dsn; "
+                "idle children poll every poll_interval"
+            )
 
     def build_services(self) -> None:
         config = self.config
@@ -281,7 +298,7 @@ class Master:
         with contextlib.suppress(Exception):
             fds.append(self.selector.fileno())  # type: ignore[attr-defined]
         for db in (self.db, self.listener, *self.side_sessions()):
-            fd = db.fileno()
+            fd = db.fileno() if db is not None else None
             if fd is not None:
                 fds.append(fd)
         for child in self.children.values():
@@ -313,6 +330,7 @@ class Master:
                 pool=runtime.config,
                 slot=slot.index,
                 generation=runtime.generation,
+                host=self.host_name,
                 dsn=self.dsn,
                 handlers=self.handlers,
                 kinds=self.kinds,
@@ -368,14 +386,24 @@ class Master:
             # refused: nobody renews those leases now, so give them back at once.
             self.requeuer.add(
                 PendingRequeue(
-                    child.worker_id, f"worker {label} {what} still holding it", child.pool
+                    child.worker_id,
+                    f"worker {label} {what} still holding it",
+                    child.pool,
+                    unrecorded=child.board.unrecorded(),
                 )
             )
         else:
             log.error("%s %s", label, what, extra=extra)
-            running = [job.job_id for job in child.board.running_jobs()]
+            spent, interrupted = self.charged_jobs(child)
             self.requeuer.add(
-                PendingRequeue(child.worker_id, f"worker {label} {what}", child.pool, running)
+                PendingRequeue(
+                    child.worker_id,
+                    f"worker {label} {what}",
+                    child.pool,
+                    spent,
+                    interrupted,
+                    child.board.unrecorded(),
+                )
             )
         self.kill_leftovers(child, label)
         if self.metrics is not None:
@@ -391,6 +419,18 @@ class Master:
             if delay > 0:
                 log.warning("restarting %s#%s in %.1fs", slot.pool, slot.index, delay, extra=extra)
         child.close()
+
+    def charged_jobs(self, child: Child) -> tuple[list[int], list[int]]:
+        """Which of a dead child's running jobs spend their attempt, and which were only
+        interrupted. Any of them may have crashed it; but when the master stopped it because
+        jobs ran past their timeout, those are the culprits and their siblings get their
+        attempt back."""
+        running = child.board.running_jobs()
+        now = time.monotonic()
+        late = [j.job_id for j in running if j.deadline is not None and now >= j.deadline]
+        if child.kill_reason is None or not late:
+            return [j.job_id for j in running], []
+        return late, [j.job_id for j in running if j.job_id not in late]
 
     def kill_leftovers(self, child: Child, label: str) -> None:
         """Nothing outlives its child: a handler's subprocess still in the child's process
@@ -438,7 +478,7 @@ class Master:
         if child.kill_reason:
             return
         child.kill_reason = reason
-        child.kill_at = time.monotonic() + KILL_GRACE
+        child.kill_by(time.monotonic() + KILL_GRACE, KILL_GRACE)
         log.warning(
             "stopping %s#%s (pid %s): %s",
             child.pool,
@@ -458,15 +498,19 @@ class Master:
                     child.pool,
                     child.slot,
                     child.pid,
-                    KILL_GRACE,
+                    child.kill_grace,
                     extra={"pool": child.pool},
                 )
+                if child.kill_reason is None:
+                    child.kill_reason = f"still running {child.kill_grace:.0f}s after a reload"
                 child.signal_group(signal.SIGKILL)
                 child.kill_at = None
 
     # -- wake-ups ------------------------------------------------------------------------------
 
     def handle_notifications(self) -> None:
+        if self.listener is None:
+            return  # polling only: a transaction pooler and no listen_dsn
         conn = self.listener.connection()
         fd = conn.fileno() if conn is not None else None
         if fd != self.listener_fd:
@@ -478,16 +522,26 @@ class Master:
             self.listener_fd = fd
 
     def read_notifications(self) -> None:
-        notifies = self.listener.run(
-            "listen", lambda conn: [(n.channel, n.payload) for n in conn.notifies(timeout=0)]
-        )
-        queues = [payload for channel, payload in notifies or [] if channel == NOTIFY_CHANNEL]
-        if len(queues) < len(notifies or []):
-            self.stager.soon()
+        if self.listener is None:
+            return
+        notifies = self.listener.run("listen", lambda conn: list(conn.notifies(timeout=0)))
+        # The stager and the scheduler wake this host's children themselves, without waiting
+        # for their NOTIFY to come back round (it is for the other hosts).
+        own = self.db.backend_pid()
+        queues = []
+        for n in notifies or []:
+            if n.channel == SCHEDULED_CHANNEL:
+                self.stager.soon()
+            elif n.pid != own:
+                queues.append(n.payload)
         for queue in dict.fromkeys(queues):
-            for runtime in self.pools.values():
-                if queue in runtime.config.queues:
-                    self.wake_idle(runtime.config.name, queue=queue)
+            self.wake_queue(queue)
+
+    def wake_queue(self, queue: str) -> None:
+        """Wake one child of every pool that serves ``queue``: it has jobs due now."""
+        for runtime in self.pools.values():
+            if queue in runtime.config.queues:
+                self.wake_idle(runtime.config.name, queue=queue)
 
     def wake_idle(
         self, pool: str, *, exclude: Child | None = None, queue: str | None = None
@@ -565,10 +619,14 @@ class Master:
             if runtime is not None:
                 old_pools[name] = runtime
             log.info("reload: pool %s %s", name, "changed" if runtime else "added")
+        # Retired children drain under the same deadline as a stop: one waiting out a
+        # database outage, or running a job that never ends, must not outlive the reload.
+        grace = self.config.shutdown_timeout
         for name, runtime in old_pools.items():
             for slot in runtime.slots:
                 if slot.child is not None:
                     slot.child.draining = True
+                    slot.child.kill_by(time.monotonic() + grace, grace)
                     slot.child.signal(signal.SIGTERM)
             if name not in new.pools:
                 log.info("reload: pool %s removed", name)
@@ -624,7 +682,8 @@ class Master:
         for session in self.side_sessions():
             session.close()
         self.db.close()
-        self.listener.close()
+        if self.listener is not None:
+            self.listener.close()
         if self.metrics is not None:
             self.metrics.close()
         signal.set_wakeup_fd(-1)
@@ -642,9 +701,13 @@ class Master:
     def sleep(self) -> None:
         now = time.monotonic()
         wake_at = [s.next_due for s in self.services]
-        wake_at += [
-            slot.next_spawn for rt in self.pools.values() for slot in rt.slots if slot.child is None
-        ]
+        if not self.stopping:  # a stopping master refills nothing: a past spawn time would spin
+            wake_at += [
+                slot.next_spawn
+                for rt in self.pools.values()
+                for slot in rt.slots
+                if slot.child is None
+            ]
         wake_at += [c.kill_at for c in self.children.values() if c.kill_at is not None]
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)

@@ -18,6 +18,7 @@ from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
+from supervisor.runtime.database import bound_session
 from supervisor.runtime.pending import PendingStatement, Readable
 from supervisor.runtime.services import Host, Service
 
@@ -71,15 +72,14 @@ class QueueStatsRefresh(Service, Readable):
         if self.conn is not None and not self.conn.closed:
             return self.conn
         try:
+            pooled = self.host.config.database.pooled
             conn = connect(
                 self.host.dsn,
                 application_name="pgq-supervisor stats",
                 connect_timeout=self.host.config.database.connect_timeout,
+                pooled=pooled,
             )
-            conn.execute(
-                query("session_timeouts"),
-                {"statement_timeout": STATS_TIMEOUT, "lock_timeout": STATS_TIMEOUT},
-            )
+            bound_session(conn, STATS_TIMEOUT, STATS_TIMEOUT, pooled=pooled)
         except (DatabaseError, psycopg.Error) as exc:
             log.debug("queue stats: %s", exc)  # the master's own session reports outages
             return None

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from supervisor.queue import locks, maintenance
-from supervisor.runtime.services import Host, Service, claim_singleton_run
+from supervisor.runtime.services import Host, Service
 
 log = logging.getLogger("pgq.master")
 
@@ -30,6 +30,8 @@ MIN_SLICE = 100
 # A busy partition is tried again after this long, this many times, then left for tomorrow.
 DROP_RETRY_AFTER = 30.0
 DROP_TRIES = 20
+# How long the log of singleton maintenance runs (pgq.maintenance_runs) is kept.
+MAINTENANCE_LOG_KEEP = timedelta(days=7)
 # After a failed step (database down, a timeout), the run waits this long before going on.
 STEP_RETRY_AFTER = 5.0
 
@@ -51,7 +53,7 @@ class PurgeRun:
         self.dropped = 0
         self.drop_tries = 0
         self.started = time.monotonic()
-        self.stages: list[Callable[[], float | None]] = [self._dead_letters]
+        self.stages: list[Callable[[], float | None]] = [self._dead_letters, self._runs_log]
         if config.history.enabled:
             self.stages += [self._partitions_ahead, self._old_partitions, self._history_default]
 
@@ -76,6 +78,15 @@ class PurgeRun:
             ),
             counted=True,
         )
+
+    def _runs_log(self) -> float | None:
+        # A day's rows of pgq.maintenance_runs (a few per minute across the fleet): one DELETE.
+        before = datetime.now(timezone.utc) - MAINTENANCE_LOG_KEEP
+        self.host.db.run(
+            "trim of the maintenance log",
+            lambda conn: maintenance.forget_maintenance_runs(conn, before),
+        )
+        return None
 
     def _partitions_ahead(self) -> float | None:
         # Not worth waiting for: they were made days ahead, and rows of a day without one land
@@ -202,9 +213,4 @@ class Purger(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once a day across every supervisor on the database: the first to record the run."""
-        if not maintenance.try_lock(conn, locks.PURGE):
-            return False
-        try:
-            return claim_singleton_run(conn, "purge", self.host.supervisor_id, 3600.0)
-        finally:
-            maintenance.unlock(conn, locks.PURGE)
+        return maintenance.claim_turn(conn, locks.PURGE, "purge", self.host.supervisor_id, 3600.0)

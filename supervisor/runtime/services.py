@@ -17,9 +17,8 @@ import psycopg
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import control, maintenance
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
-from supervisor.runtime.children import HOSTNAME, Child
+from supervisor.runtime.children import Child
 from supervisor.runtime.database import MasterDatabase
 
 if TYPE_CHECKING:
@@ -35,12 +34,15 @@ class Host(Protocol):
     config: Config
     dsn: str
     supervisor_id: str
+    host_name: str
     counters: MasterCounters
     kinds: list[str]
 
     def live_children(self) -> list[Child]: ...
 
     def kill_child(self, child: Child, reason: str) -> None: ...
+
+    def wake_queue(self, queue: str) -> None: ...
 
 
 class Service:
@@ -87,15 +89,6 @@ class LeaseRenewal(Service):
             )
 
 
-def claim_singleton_run(
-    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
-) -> bool:
-    row = conn.execute(
-        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
-    ).fetchone()
-    return row is not None
-
-
 class Rescuer(Service):
     """Returns jobs whose lease expired to their queue (a host that died, a partition). With
     several supervisors on one database, the advisory lock and the maintenance record make one
@@ -131,7 +124,7 @@ class Rescuer(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once per interval across every supervisor on the database, not once per host."""
-        if not claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+        if not maintenance.claim_run(conn, "rescue", self.host.supervisor_id, self.interval):
             return False
         self.host.counters.rescuer_runs += 1
         log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
@@ -186,10 +179,12 @@ class TimeoutWatch(Service):
 
 class CancelWatch(Service):
     """Stops the running jobs someone cancelled. A single-threaded child running one has its
-    process group stopped, as a timeout would (the write that ends the claim then makes the job
-    'cancelled'); a threaded child's handler is told through ``job.cancelled()``, since stopping
-    the child would stop its other threads' jobs too. A job claimed but not started yet is
-    stopped once it starts."""
+    process group stopped, as a timeout would: told which job through its board, the child ends
+    that job cancelled and exits (if it will not stop, the kill that follows ends the job through
+    the requeue, which makes a job with a cancel request 'cancelled'). A threaded child's handler
+    is told through ``job.cancelled()`` instead, since stopping the child would stop its other
+    threads' jobs too. A job claimed in a batch but not started yet is named on the board, and
+    the child ends it cancelled instead of starting it."""
 
     name = "cancel watch"
 
@@ -208,6 +203,9 @@ class CancelWatch(Service):
             if child is None or child.kill_reason:
                 continue
             if request.id not in {job.job_id for job in child.board.running_jobs()}:
+                # Claimed in a batch, not started: the child reads its board before starting a
+                # job and ends this one cancelled without running it.
+                child.board.cancel_job(request.id)
                 continue
             what = f"job {request.id} ({request.kind}) on queue {request.queue} was cancelled"
             if child.board.threads > 1:
@@ -222,6 +220,7 @@ class CancelWatch(Service):
                     )
                 continue
             self.host.counters.cancel_stops += 1
+            child.board.cancel_job(request.id)
             self.host.kill_child(child, what)
         self.told = still_told
 
@@ -238,7 +237,7 @@ class Registry(Service):
         pruned = host.db.run(
             "registry heartbeat",
             lambda conn: registry.heartbeat(
-                conn, host.supervisor_id, HOSTNAME, host.config.path, rows
+                conn, host.supervisor_id, host.host_name, host.config.path, rows
             ),
         )
         for sid, other_host, pid in pruned or []:
@@ -252,9 +251,14 @@ class PendingRequeue:
     worker_id: str
     reason: str
     pool: str
-    # Jobs the child was running when it died (from its board); its other jobs were only
-    # claimed, and get their attempt back.
+    # Jobs the child was running when it died (from its board) that spend their attempt; its
+    # other jobs get it back: those only claimed, and those interrupted (running beside the
+    # job that hung, when the master stopped the child for a timeout).
     spent: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
+    # Jobs that ran and finished there but whose outcome it never wrote: they get their attempt
+    # back (a success must not push a job to the dead letters) and run again.
+    unrecorded: list[int] = field(default_factory=list)
     since: float = field(default_factory=time.monotonic)
 
 
@@ -305,7 +309,27 @@ class Requeuer(Service):
                 "attempt": m.attempts,
                 "pool": item.pool,
             }
-            if m.id not in item.spent:
+            if m.id in item.interrupted:
+                log.warning(
+                    "job %s (%s) on queue %s given back without spending an attempt "
+                    "(interrupted while running beside a job that hung): %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.id in item.unrecorded and m.id not in item.spent:
+                log.warning(
+                    "job %s (%s) on queue %s ran, but its outcome was not recorded before its "
+                    "worker stopped; given back without spending an attempt, it runs again: %s",
+                    m.id,
+                    m.kind,
+                    m.queue,
+                    item.reason,
+                    extra=fields,
+                )
+            elif m.id not in item.spent:
                 log.info(
                     "job %s (%s) on queue %s given back without spending an attempt "
                     "(claimed, not running): %s",

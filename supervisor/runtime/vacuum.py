@@ -9,9 +9,11 @@ interval and, past a threshold, runs ``VACUUM pgq.jobs`` itself.
 
 A vacuum can take seconds, and the master's loop must not wait for it: the statement is sent on
 a connection of its own, opened for the occasion, and its socket joins the master's selector;
-the result is read when it arrives. The connection holds an advisory lock while the vacuum
-runs, so with several supervisors on one database only one of them vacuums at a time, and
-closing the connection (or its death) releases it.
+the result is read when it arrives. With several supervisors on one database, a vacuum starts
+at most once per interval across the fleet (the maintenance record, pgq.maintenance_runs); on a
+direct session the connection also holds an advisory lock while the vacuum runs, and closing it
+(or its death) releases the lock. Behind a transaction pooler no session lock can be held, and
+VACUUM (SKIP_LOCKED) itself skips a table another vacuum is working on.
 """
 
 from __future__ import annotations
@@ -95,13 +97,14 @@ class QueueVacuum(Service, Readable):
                 self.host.dsn,
                 application_name="pgq-supervisor vacuum",
                 connect_timeout=config.database.connect_timeout,
+                pooled=config.database.pooled,
             )
         except DatabaseError as exc:
             log.warning("vacuum: %s; trying again in %.0fs", exc, self.interval)
             return
         try:
-            if not maintenance.try_lock(conn, locks.VACUUM):
-                conn.close()  # another supervisor is vacuuming right now
+            if not self._our_turn(conn):
+                conn.close()  # another supervisor is vacuuming, or just did
                 return
             self.pending = PendingStatement(conn, query("vacuum_jobs"))
         except psycopg.Error as exc:
@@ -114,6 +117,18 @@ class QueueVacuum(Service, Readable):
         self.fd = self.pending.fileno()
         self.selector.register(self.fd, selectors.EVENT_READ, self)
         log.debug("vacuum: started on pgq.jobs (%d dead rows)", dead_rows)
+
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once per interval across the fleet (the maintenance record). On a direct session
+        the advisory lock is also held for the whole vacuum; behind a transaction pooler no
+        session lock can be, and VACUUM (SKIP_LOCKED) itself skips a table another vacuum
+        holds."""
+        host = self.host
+        if not host.config.database.pooled and not maintenance.try_lock(conn, locks.VACUUM):
+            return False
+        return maintenance.claim_turn(
+            conn, locks.VACUUM, "vacuum", host.supervisor_id, self.interval
+        )
 
     # -- the loop's side: the result arrives ----------------------------------------------
 

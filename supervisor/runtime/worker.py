@@ -23,20 +23,27 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import psutil
 import psycopg
 
-from supervisor.queue import control, outcomes
+from supervisor.queue import control, maintenance, outcomes
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.dsn import RECONNECT_ERRORS, DatabaseError, connect
 from supervisor.queue.jobs import Job
 from supervisor.runtime import memory
 from supervisor.runtime.board import Board, Counter, State
-from supervisor.runtime.execution import Executor, JobTimeout, Orphaned, Results
+from supervisor.runtime.execution import (
+    Executor,
+    JobCancelled,
+    JobTimeout,
+    Orphaned,
+    Results,
+    job_fields,
+)
 from supervisor.runtime.exits import ChildExit
 from supervisor.runtime.proctitle import child_title, set_title
 from supervisor.runtime.weights import WeightedQueues
@@ -78,10 +85,17 @@ class ChildSpec:
     inherited_fds: list[int]  # the master's descriptors, closed right after the fork
 
 
-def child_main(spec: ChildSpec) -> NoReturn:
+def child_main(make_spec: Callable[[], ChildSpec], close_fds: tuple[int, ...] = ()) -> NoReturn:
+    """Everything the child runs from the fork on: whatever happens (building its spec
+    included), it leaves through os._exit, never by unwinding into the master's loop."""
     code = ChildExit.CRASHED
     try:
-        code = Worker(spec).run()
+        for fd in close_fds:
+            os.close(fd)
+        code = Worker(make_spec()).run()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            log.exception("a child crashed before its worker loop began")
     finally:
         for stream in logging.getLogger().handlers:
             with contextlib.suppress(Exception):
@@ -97,7 +111,9 @@ class Worker:
         self.draining = False
         self.orphaned = False
         self.conn: psycopg.Connection[Any] | None = None
-        self.results = Results(on_scheduled=lambda: self._report(b"S"))
+        self.results = Results(
+            on_scheduled=lambda: self._report(b"S"), on_unrecorded=self.board.set_unrecorded
+        )
         self.jobs_run = 0
         self.last_memory_check = 0.0
         self.process = psutil.Process()
@@ -105,6 +121,8 @@ class Worker:
         self.recycle: ChildExit | None = None
         self.in_hand: Job | None = None
         self.unstarted: list[Job] = []
+        # Threaded pools: the jobs handed to handler threads and not yet back.
+        self.handed_out: dict[int, Job] = {}
         self.queues = WeightedQueues(self.pool.queues)
         self.queue_names = list(self.pool.queues)
         self.hint: str | None = None
@@ -129,9 +147,9 @@ class Worker:
                 return ChildExit.DRAINED
             self.board.set_ready()
             self._report(b"R")
-            if self.pool.threads == 1:
-                return self._loop_inline()
-            return self._loop_threaded()
+            code = self._loop_inline() if self.pool.threads == 1 else self._loop_threaded()
+            # The master died while no handler code ran (no Orphaned raised): leave as orphans do.
+            return self._leave_orphaned() if self.orphaned else code
         except BootFailure as exc:
             log.error(
                 "%s#%s could not boot: %s",
@@ -185,14 +203,22 @@ class Worker:
 
     def _on_term(self, signum: int, frame: Any) -> None:
         self.draining = True
+        # Raise only into the handler's own code: a handler that already returned has
+        # succeeded, and the success must be recorded as one, not turned into a failure.
+        in_handler = self.executor.in_handler(frame)
         if os.getppid() != self.spec.master_pid:
             self.orphaned = True
             signal.alarm(ORPHAN_GRACE)
-            if self.executor.interruptible:
+            if in_handler:
                 raise Orphaned
             return
+        if not in_handler:
+            return
+        running = self.board.running_jobs()
+        if running and self.board.cancelled_job() == running[0].job_id:
+            raise JobCancelled
         deadline = self.executor.deadline
-        if self.executor.interruptible and deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             raise JobTimeout
 
     def _refresh_title(self) -> None:
@@ -229,17 +255,21 @@ class Worker:
 
     # -- the database ----------------------------------------------------------------------
 
-    def _connect(self) -> bool:
-        """Connect, retrying while the database is unreachable; False if told to stop first."""
+    def _connect(self, *, through_drain: bool = False) -> bool:
+        """Connect, retrying with capped backoff while the database is unreachable. False if
+        told to stop first; ``through_drain`` (outcomes wait to be written) keeps trying while
+        draining too, until the master's deadline ends this process or the master dies."""
         delay, warned = 0.1, 0.0
         self.board.set_state(State.CONNECTING)
-        while not self.draining:
+        while not self.orphaned and (through_drain or not self.draining):
             try:
                 self.conn = connect(
                     self.spec.dsn,
                     application_name=f"pgq-supervisor {self.pool.name}#{self.spec.slot}",
                     connect_timeout=self.spec.config.database.connect_timeout,
+                    pooled=self.spec.config.database.pooled,
                 )
+                self._give_back_lost_claims()
                 return True
             except DatabaseError as exc:
                 if exc.permanent:
@@ -257,28 +287,91 @@ class Worker:
             delay = min(delay * 2, RECONNECT_MAX_DELAY)
         return False
 
-    def _reconnect(self) -> bool:
+    def _reconnect(self, *, through_drain: bool = False) -> bool:
+        self._discard_connection()
+        return self._connect(through_drain=through_drain)
+
+    def _discard_connection(self) -> None:
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.close()  # our own connection, opened after the fork
             self.conn = None
-        return self._connect()
+
+    def _held(self) -> list[int]:
+        """The ids of every job this child holds in hand: running, waiting to start, or
+        finished with its outcome not yet written."""
+        held = [job.id for job in self.unstarted]
+        held += list(self.handed_out)
+        if self.in_hand is not None:
+            held.append(self.in_hand.id)
+        held += [job.id for job in self.results.done]
+        held += [s.job.id for s in self.results.settled]
+        return held
+
+    def _give_back_lost_claims(self) -> None:
+        """After a reconnect: a claim may have committed just as the old connection died, so
+        its reply never came. Such jobs are ours on paper only; nobody would run them, and the
+        master would renew their leases for as long as this child lives. Give them back
+        without spending an attempt."""
+        assert self.conn is not None
+        try:
+            moved = maintenance.requeue_worker(
+                self.conn,
+                self.spec.worker_id,
+                "claim lost with the connection",
+                spent=[],
+                keep=self._held(),
+            )
+        except psycopg.Error as exc:
+            # The master gives them back when this child leaves; nothing is lost meanwhile.
+            log.warning(
+                "%s#%s: could not look for claims lost with the connection: %s",
+                self.pool.name,
+                self.spec.slot,
+                exc,
+                extra={"pool": self.pool.name},
+            )
+            return
+        for m in moved:
+            log.warning(
+                "job %s (%s) on queue %s given back without spending an attempt: its claim "
+                "committed as the connection died, so this worker never received it",
+                m.id,
+                m.kind,
+                m.queue,
+                extra={
+                    "job_id": m.id,
+                    "kind": m.kind,
+                    "queue": m.queue,
+                    "attempt": m.attempts,
+                    "pool": self.pool.name,
+                },
+            )
+
+    def _ask_for_handler(self, question: Callable[[psycopg.Connection[Any]], bool]) -> bool:
+        """A question a running handler asks on this child's connection; False when it cannot
+        be answered (the callers' safe side: ownership unconfirmed, no cancel seen)."""
+        if self.conn is None:
+            return False
+        try:
+            return question(self.conn)
+        except psycopg.Error:
+            return False
+        except BaseException:
+            # A timeout or the master's death raised into the handler while this call was on
+            # the wire: the connection is mid-protocol and must never be used again.
+            self._discard_connection()
+            raise
 
     def _lease_held(self, job: Job) -> bool:
-        if self.conn is None:
-            return False
-        try:
-            return jobs_api.lease_held(self.conn, job)
-        except psycopg.Error:
-            return False  # cannot confirm ownership: behave as if lost
+        # Unconfirmed ownership behaves as lost.
+        return self._ask_for_handler(lambda conn: jobs_api.lease_held(conn, job))
 
     def _cancel_requested(self, job: Job) -> bool:
-        if self.conn is None:
-            return False
-        try:
-            return control.cancel_requested(self.conn, job.id, job.lease_id)
-        except psycopg.Error:
-            return False  # cannot tell: keep working; the master still stops a cancelled job
+        # Cannot tell: keep working; the master still stops a cancelled job.
+        return self._ask_for_handler(
+            lambda conn: control.cancel_requested(conn, job.id, job.lease_id)
+        )
 
     def _claim(self, limit: int) -> list[Job]:
         """Claim from the queue the weights pick, falling through to the others when empty.
@@ -357,10 +450,8 @@ class Worker:
         """Write outcomes, retrying through database outages: a finished job must not be
         recorded as lost just because the database blinked."""
         while self.results and self.results.ready():
-            if self.conn is None and not self._reconnect():
-                if self.orphaned:
-                    return
-                continue
+            if self.conn is None and not self._reconnect(through_drain=True):
+                return  # the master died: nobody is left to wait for
             assert self.conn is not None
             try:
                 self.results.write(
@@ -378,7 +469,7 @@ class Worker:
                 )
                 if self.orphaned:
                     return
-                self._reconnect()
+                self._reconnect(through_drain=True)
             except psycopg.Error as exc:
                 # Not an outage: something refused a write (Results.write kept what it could
                 # not record, and logged it). Carry on with other work; retried later.
@@ -524,6 +615,10 @@ class Worker:
     # -- threaded pools: handlers run on worker threads, the main thread claims and writes ----
 
     def _loop_threaded(self) -> int:
+        """Claim on this thread, run on handler threads, write outcomes as they finish. Told
+        to stop, it gives back what no thread has started and keeps writing outcomes until the
+        last thread still working returns: one hung handler must not hold its siblings'
+        finished work back, nor make it look unstarted."""
         work: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         done: queue_mod.SimpleQueue[tuple[Job, outcomes.Settlement | None]] = (
             queue_mod.SimpleQueue()
@@ -539,45 +634,45 @@ class Worker:
                 with contextlib.suppress(BlockingIOError):
                     os.write(done_w, b".")
 
-        threads = [
-            threading.Thread(target=handler_thread, args=(i,), name=f"handler-{i}", daemon=True)
-            for i in range(self.pool.threads)
-        ]
-        for t in threads:
-            t.start()
-        in_flight = 0
+        for i in range(self.pool.threads):
+            threading.Thread(
+                target=handler_thread, args=(i,), name=f"handler-{i}", daemon=True
+            ).start()
+        # Jobs recorded as timed out whose threads have not returned (a handler stuck in
+        # native code cannot be interrupted); the process leaves without them.
+        abandoned: set[int] = set()
         exit_code: int = ChildExit.DRAINED
+        stopping = False
         while True:
-            while True:
-                try:
-                    job, settlement = done.get_nowait()
-                except queue_mod.Empty:
-                    break
-                in_flight -= 1
-                self.jobs_run += 1
-                self.results.add(job, settlement)
-            if self.results and (self.results.due() or in_flight == 0):
-                self._write_results()
+            self._collect_finished(done, abandoned)
             if self.draining:
+                stopping = True
+                self._record_timeouts(abandoned)
+            if stopping:
+                self._take_back_unstarted(work)
+            if self.results and (self.results.due() or not self.handed_out or stopping):
+                self._write_results()
+            if stopping and not self.handed_out.keys() - abandoned:
                 break
-            reason = self._recycle_reason()
-            if reason is not None:
-                exit_code = reason
-                break
-            free = self.pool.threads - in_flight
-            if free > 0:
+            if not stopping:
+                reason = self._recycle_reason()
+                if reason is not None:
+                    exit_code, stopping = reason, True
+                    continue
+            free = self.pool.threads - len(self.handed_out)
+            if free > 0 and not stopping:
                 claimed = self._claim(min(self.pool.batch, free))
                 if claimed:
                     for job in claimed:
+                        self.handed_out[job.id] = job
                         work.put(job)
-                    in_flight += len(claimed)
                     self.board.set_state(State.RUNNING)
                     continue
             wait = self.pool.poll_interval if free > 0 else 1.0
             if self.results and self.results.ready():
                 wait = min(wait, 0.02)
-            if in_flight:
-                self.board.set_state(State.RUNNING)
+            if self.handed_out:
+                self.board.set_state(State.DRAINING if stopping else State.RUNNING)
                 ready, _, _ = select.select(
                     [done_r, self._signal_r, self.spec.wake_fd], [], [], wait
                 )
@@ -585,30 +680,74 @@ class Worker:
                     _drain(fd)
             else:
                 self._idle(wait, (done_r,))
-        # Drain: jobs still in the hand-off queue never started; give them back.
         self.board.set_state(State.DRAINING)
+        for _ in range(self.pool.threads):
+            work.put(None)
+        return exit_code
+
+    def _collect_finished(
+        self,
+        done: queue_mod.SimpleQueue[tuple[Job, outcomes.Settlement | None]],
+        abandoned: set[int],
+    ) -> None:
+        while True:
+            try:
+                job, settlement = done.get_nowait()
+            except queue_mod.Empty:
+                return
+            self.handed_out.pop(job.id, None)
+            self.jobs_run += 1
+            if job.id in abandoned:
+                abandoned.discard(job.id)
+                log.warning(
+                    "job %s (%s) on queue %s returned after its timeout was recorded; "
+                    "this late outcome is dropped",
+                    job.id,
+                    job.kind,
+                    job.queue,
+                    extra=job_fields(job, self.pool.name),
+                )
+                continue
+            self.results.add(job, settlement)
+
+    def _record_timeouts(self, abandoned: set[int]) -> None:
+        """A handler thread cannot be interrupted: a job past its kind's timeout is recorded
+        as timed out (spending its attempt) and its thread left behind, so its siblings can
+        finish and be recorded before this child leaves."""
+        now = time.monotonic()
+        for running in self.board.running_jobs():
+            job = self.handed_out.get(running.job_id)
+            if (
+                job is None
+                or job.id in abandoned
+                or job.lease_id != running.lease_id
+                or running.deadline is None
+                or now < running.deadline
+            ):
+                continue
+            abandoned.add(job.id)
+            self.results.add(job, self.executor.timed_out(job))
+            log.warning(
+                "job %s (%s) on queue %s is past its timeout after attempt %s; recorded as "
+                "timed out, its thread abandoned",
+                job.id,
+                job.kind,
+                job.queue,
+                job.attempts,
+                extra=job_fields(job, self.pool.name),
+            )
+
+    def _take_back_unstarted(self, work: queue_mod.SimpleQueue[Job | None]) -> None:
+        """Jobs still in the hand-off queue never started: give them back."""
         while True:
             try:
                 job = work.get_nowait()
             except queue_mod.Empty:
                 break
             if job is not None:
+                self.handed_out.pop(job.id, None)
                 self.unstarted.append(job)
-                in_flight -= 1
         self._release_unstarted()
-        for _ in threads:
-            work.put(None)
-        for t in threads:
-            t.join()
-        while True:
-            try:
-                job, settlement = done.get_nowait()
-            except queue_mod.Empty:
-                break
-            self.jobs_run += 1
-            self.results.add(job, settlement)
-        self._write_results()
-        return exit_code
 
 
 def _read_all(fd: int) -> bytes:

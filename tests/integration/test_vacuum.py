@@ -38,6 +38,7 @@ class Host:
     config: Config
     dsn: str
     counters: MasterCounters = field(default_factory=MasterCounters)
+    supervisor_id: str = "test-host:1:vacuum"
 
 
 def _wait_done(selector: selectors.BaseSelector, on_readable: Any, timeout: float = 30) -> None:

@@ -1,7 +1,8 @@
 """The chaos drill, short: 300 jobs through a real supervisor while a handful of each fault
 hits it (children and masters killed, a master frozen past its leases, a deploy, PostgreSQL
-restarted and killed, sessions terminated). The drill runs its own embedded PostgreSQL,
-whatever PGQ_TEST_DSN says, since it restarts and kills the server."""
+restarted and killed, sessions terminated, a deploy and a reload while PostgreSQL is down, a
+read-only period, threaded jobs hanging past their timeout). The drill runs its own embedded
+PostgreSQL, whatever PGQ_TEST_DSN says, since it restarts and kills the server."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from supervisor.embedded.server import available
 from tests.lifecycle.harness import ROOT
 
 
-@pytest.mark.timeout(170)
+@pytest.mark.timeout(210)
 @pytest.mark.skipif(not available(), reason="needs the embedded PostgreSQL binaries")
 def test_short_chaos_drill_holds_every_promise() -> None:
     result = subprocess.run(
@@ -28,12 +29,12 @@ def test_short_chaos_drill_holds_every_promise() -> None:
             "--faults",
             "short",
             "--timeout",
-            "120",
+            "150",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=160,
+        timeout=200,
         env={k: v for k, v in os.environ.items() if k != "PGQ_DSN"},
     )
     lines = result.stdout.strip().splitlines()
@@ -51,4 +52,7 @@ def test_short_chaos_drill_holds_every_promise() -> None:
         "pg_restart": 1,
         "pg_kill": 1,
         "terminate": 2,
+        "outage_deploy": 1,
+        "outage_reload": 1,
+        "read_only": 1,
     }

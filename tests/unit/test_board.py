@@ -26,3 +26,16 @@ def test_what_the_child_writes_the_master_reads() -> None:
     board.close()
     with pytest.raises(ValueError):
         _ = board.ready
+
+
+def test_jobs_run_but_not_recorded_are_listed_within_their_room() -> None:
+    board = Board(threads=2, unrecorded=3)
+    assert board.unrecorded() == []
+    board.set_unrecorded([11, 12])
+    assert board.unrecorded() == [11, 12]
+    board.set_unrecorded([1, 2, 3, 4])  # more than the room: the first three are listed
+    assert board.unrecorded() == [1, 2, 3]
+    board.job_started(1, 42, 7, 0, None)  # the thread records beside it are untouched
+    board.set_unrecorded([])
+    assert board.unrecorded() == [] and [j.job_id for j in board.running_jobs()] == [42]
+    board.close()

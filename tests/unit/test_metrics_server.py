@@ -138,7 +138,10 @@ def test_queue_figures_come_from_the_snapshot(server: MetricsServer) -> None:
     server.attach(view_of(master), selectors.DefaultSelector())
     assert scrape(server).series("pgq_queue_jobs") == {}  # unknown is not zero
     server.snapshot = QueueSnapshot(
-        [QueueStats("pdf", 4, 1, 2, 3, 12.5), QueueStats("gone", 0, 0, 0, 1, 0.0)],
+        [
+            QueueStats("pdf", 4, 1, 2, 3, 12.5, cancelled=5, paused=True),
+            QueueStats("gone", 0, 0, 0, 1, 0.0),
+        ],
         time.monotonic() - 2,
     )
     exposition = scrape(server)
@@ -146,6 +149,9 @@ def test_queue_figures_come_from_the_snapshot(server: MetricsServer) -> None:
     assert exposition.value("pgq_queue_jobs", queue="pdf", state="scheduled") == 1
     assert exposition.value("pgq_queue_jobs", queue="pdf", state="running") == 2
     assert exposition.value("pgq_queue_jobs", queue="pdf", state="discarded") == 3
+    assert exposition.value("pgq_queue_jobs", queue="pdf", state="cancelled") == 5
+    assert exposition.value("pgq_queue_paused", queue="pdf") == 1
+    assert exposition.value("pgq_queue_paused", queue="gone") == 0
     assert exposition.value("pgq_queue_oldest_ready_age_seconds", queue="pdf") == 12.5
     assert exposition.value("pgq_queue_jobs", queue="gone", state="discarded") == 1
     # A configured queue with no jobs at all reports zeros instead of vanishing.
