@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -19,18 +18,8 @@ from supervisor.queue.outcomes import discard, retry
 from supervisor.runtime.registry import WorkerRow, heartbeat
 from tests.commands import run_cli
 from tests.handlers import LEDGER
-from tests.integration.operator_helpers import Cli, Restore, done
+from tests.integration.operator_helpers import Cli, done
 from tests.lifecycle.harness import ROOT, Supervisor, wait_for
-
-
-@pytest.fixture
-def cli(
-    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cli]:
-    monkeypatch.setenv("PGQ_DSN", dsn)
-    restore = Restore()
-    yield Cli(tmp_path, capsys)
-    restore()
 
 
 def _queues(document: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -3,8 +3,6 @@ letters it was asked to, and nothing else."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -12,17 +10,7 @@ import pytest
 
 from supervisor import claim, enqueue, settle
 from supervisor.queue.outcomes import describe_exception, discard, failure
-from tests.integration.operator_helpers import Cli, Restore, dead_letter, states
-
-
-@pytest.fixture
-def cli(
-    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cli]:
-    monkeypatch.setenv("PGQ_DSN", dsn)
-    restore = Restore()
-    yield Cli(tmp_path, capsys)
-    restore()
+from tests.integration.operator_helpers import Cli, dead_letter, states
 
 
 @pytest.fixture

@@ -3,26 +3,13 @@ in-process as the operator runs them: what each prints, its exit code, what it c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from supervisor import claim, enqueue, settle
 from supervisor.queue.outcomes import retry
-from tests.integration.operator_helpers import Cli, Restore, dead_letter
-
-
-@pytest.fixture
-def cli(
-    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cli]:
-    monkeypatch.setenv("PGQ_DSN", dsn)
-    restore = Restore()
-    yield Cli(tmp_path, capsys)
-    restore()
+from tests.integration.operator_helpers import Cli, dead_letter
 
 
 def test_jobs_list_shows_every_state_with_filters(cli: Cli, conn: psycopg.Connection[Any]) -> None:
