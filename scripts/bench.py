@@ -3,7 +3,7 @@ database's own limit, on one server, in one run. Figures as text, then one JSON 
 
     python scripts/bench.py [--dsn DSN] [--jobs 20000] [--batches 1,10,100] [--processes 2]
                             [--repeats 3] [--only drain,pickup,...,long] [--no-peers]
-                            [--long-jobs 300000]
+                            [--long-jobs 300000] [--future-jobs 200000]
 
 The DSN defaults to PGQ_BENCH_DSN, then the machine's PostgreSQL on 127.0.0.1:5432. Every
 scenario gets a fresh database (dropped afterwards). Throughput is timed from the database
@@ -30,10 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 from benchlib import limit as limit_mod
-from benchlib import ours, scenarios
+from benchlib import ours, scenarios, timing
 from benchlib.common import default_log_dir, median
 
-SCENARIOS = ("drain", "pickup", "history", "cpu", "enqueue", "footprint", "long")
+SCENARIOS = (
+    "drain",
+    "pickup",
+    "history",
+    "cpu",
+    "enqueue",
+    "footprint",
+    "long",
+    "future",
+    "delayed",
+)
 PEERS = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}
 
 
@@ -237,6 +247,22 @@ def print_tables(report: dict[str, Any]) -> None:
             f"autovacuum), off {off['jobs_per_s']:,.0f} jobs/s ({off['autovacuums']} by "
             f"autovacuum); ratio {lg['ratio']:.2f}"
         )
+    if "future" in report:
+        fu = report["future"]
+        rates = fu["jobs_per_s"]
+        print(
+            f"\nClaim rate (batch 10, claim + complete), jobs/s: alone {rates['none']:,}, beside "
+            f"{fu['future_jobs']:,} future jobs of higher priority {rates['scheduled']:,} "
+            f"(ratio {fu['ratio']:.2f}); the same jobs kept available as before the scheduled "
+            f"state {rates['old_available']:,} (ratio {fu['ratio_old_layout']:.2f})"
+        )
+    if "delayed" in report:
+        d = report["delayed"]
+        print(
+            f"\nDelayed-start lateness ({d['jobs']} jobs, delay {d['delay_s']:g}s, poll interval "
+            f"{d['poll_interval_s']:g}s): p50 {d['p50_ms']:.2f} ms, p95 {d['p95_ms']:.2f}, "
+            f"p99 {d['p99_ms']:.2f}; {d['early']} started early"
+        )
 
 
 def main() -> int:
@@ -254,6 +280,7 @@ def main() -> int:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--history-rows", type=int, default=1_000_000)
     parser.add_argument("--long-jobs", type=int, default=300_000)
+    parser.add_argument("--future-jobs", type=int, default=200_000)
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     only = set(args.only.split(","))
@@ -297,6 +324,23 @@ def main() -> int:
     if "long" in only:
         say(f"long drain, {args.long_jobs:,} jobs at batch 10, vacuum service on and off")
         report["long"] = ours.long_drain(args.dsn, args.long_jobs, args.processes, 10, log_dir=log)
+    if "future" in only:
+        say(f"claim rate beside {args.future_jobs:,} future higher-priority jobs")
+        report["future"] = timing.claim_rate_with_future(
+            args.dsn, args.future_jobs, repeats=args.repeats
+        )
+    if "delayed" in only:
+        runs = []
+        for repeat in range(args.repeats):
+            say(f"delayed-start lateness, repeat {repeat + 1} of {args.repeats}")
+            runs.append(timing.delayed_lateness(args.dsn, processes=args.processes, log_dir=log))
+            say(f"  lateness p50 {runs[-1]['p50_ms']:.2f} ms  p99 {runs[-1]['p99_ms']:.2f}")
+        report["delayed"] = {
+            **runs[0],
+            **{k: median([r[k] for r in runs]) for k in ("p50_ms", "p95_ms", "p99_ms")},
+            "early": sum(r["early"] for r in runs),
+            "runs": runs,
+        }
     report["seconds"] = round(time.monotonic() - started, 1)
     print_tables(report)
     print(json.dumps(report, default=str, separators=(",", ":")))

@@ -33,7 +33,7 @@ SLACK = 1.0
 LEFTOVER_WAIT = 10.0
 DB_FAULTS = ("pg_restart", "pg_kill", "terminate", "outage_deploy", "outage_reload", "read_only")
 # Faults that end the incarnation: every execution of theirs that was cut short is explained.
-MASTER_FAULTS = ("master_kill", "deploy", "outage_deploy")
+MASTER_FAULTS = ("master_kill", "deploy", "outage_deploy", "host_kill")
 _LEASE_LOST = re.compile(
     r"lease lost, result dropped: job (\d+) \(.*?\) on queue .*? while attempt (\d+) ran here"
 )

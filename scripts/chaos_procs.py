@@ -100,14 +100,18 @@ class Incarnation:
 
 
 def start_incarnation(
-    number: int, root: Path, workdir: Path, config: Path, dsn: str
+    number: int, root: Path, workdir: Path, config: Path, dsn: str, host: str | None = None
 ) -> Incarnation:
+    """``host``: the supervisor's host identity (PGQ_HOST), so several on one machine act as
+    several hosts."""
     log_path = workdir / f"supervisor-{number}.log"
     env = {
         **os.environ,
         "PGQ_DSN": dsn,
         "PYTHONPATH": os.pathsep.join([str(root), str(root / "scripts")]),
     }
+    if host is not None:
+        env["PGQ_HOST"] = host
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "supervisor.cli", "-c", str(config)],

@@ -18,11 +18,12 @@ SELECT EXISTS (
 );
 
 -- name: waiting_elsewhere
--- Jobs of other runs waiting or running in the demo's queues: the supervisor runs them too.
+-- Jobs of other runs waiting (now or for later) or running in the demo's queues: the supervisor
+-- runs them too.
 SELECT count(*)
 FROM pgq.jobs
 WHERE queue = ANY(%(queues)s::text[])
-  AND state IN ('available', 'running');
+  AND state IN ('available', 'scheduled', 'running');
 
 -- name: database_now
 -- The database's clock, which stamps created_at and finished_at.
@@ -37,7 +38,10 @@ SELECT
     queue,
     state,
     count(*) AS jobs,
-    coalesce(sum(CASE WHEN state = 'available' THEN attempts ELSE greatest(attempts - 1, 0) END),
+    coalesce(sum(CASE
+                     WHEN state IN ('available', 'scheduled') THEN attempts
+                     ELSE greatest(attempts - 1, 0)
+                 END),
              0) AS failed,
     max(finished_at) AS last_finished
 FROM pgq.jobs
@@ -72,7 +76,8 @@ LIMIT %(limit)s;
 
 -- name: withdraw
 -- Deletes the demo's jobs that have not started, when it stops early (Ctrl-C, timeout): they
--- would otherwise run at the next start, their webhooks aimed at a receiver long gone.
+-- would otherwise run at the next start, their webhooks aimed at a receiver long gone. A retry
+-- waiting for its backoff is 'scheduled'.
 DELETE FROM pgq.jobs
 WHERE id = ANY(%(ids)s::bigint[])
-  AND state = 'available';
+  AND state IN ('available', 'scheduled');

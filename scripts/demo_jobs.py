@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import random
 
+import checkout  # noqa: F401  (examples/ is importable from the checkout only)
+
 from examples.flaky import POISONED_EVERY as UPSTREAM_POISONED
 from supervisor import NewJob
 from supervisor.config import Config

@@ -446,7 +446,7 @@ WHERE m.id NOT IN (SELECT id FROM replayable);
 SELECT pgq.ensure_history_partitions(now(), %(days_ahead)s);
 
 -- name: drop_history
--- Drops history partitions whose day ended before %(older_than)s.
+-- Drops the oldest history partition whose day ended before %(older_than)s (0 or 1 dropped).
 SELECT pgq.drop_history_partitions(%(older_than)s);
 
 -- name: purge_history_default
@@ -552,6 +552,12 @@ SET last_tick = EXCLUDED.last_tick,
 WHERE s.last_tick < EXCLUDED.last_tick
 RETURNING name;
 
+-- name: schedule_lock_timeout
+-- The scheduler's transaction waits at most this long for a schedule's row: the holder is
+-- another supervisor enqueueing the same tick, and the master's loop must not hang on it.
+-- set_config(..., true) is SET LOCAL: it ends with the transaction.
+SELECT set_config('lock_timeout', '200ms', true);
+
 -- name: schedule_last_tick
 -- The last tick schedule %(name)s enqueued (or recorded as passed), if any.
 SELECT last_tick
@@ -572,15 +578,28 @@ ORDER BY name;
 
 -- name: claim_maintenance_run
 -- Records that %(run_by)s runs the singleton task %(task)s now, unless some supervisor ran it
--- less than %(interval)s seconds ago; returns a row only when this caller should run it.
--- Called under the task's advisory lock, so two hosts cannot both pass at the same moment.
-INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by)
-VALUES (%(task)s, now(), %(run_by)s)
-ON CONFLICT (task) DO UPDATE
-SET last_run_at = now(),
-    run_by = EXCLUDED.run_by
-WHERE m.last_run_at <= now() - make_interval(secs => %(interval)s::float8)
+-- less than %(interval)s seconds ago; returns a row only when this caller should run it, and
+-- logs that run in pgq.maintenance_runs. The conditional upsert is atomic on its own (a second
+-- caller waits for the first's row and then fails the WHERE); the task's advisory lock around
+-- it keeps a run that outlasts its interval from overlapping the next.
+WITH claimed AS (
+    INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by)
+    VALUES (%(task)s, now(), %(run_by)s)
+    ON CONFLICT (task) DO UPDATE
+    SET last_run_at = now(),
+        run_by = EXCLUDED.run_by
+    WHERE m.last_run_at <= now() - make_interval(secs => %(interval)s::float8)
+    RETURNING task, run_by, last_run_at
+)
+INSERT INTO pgq.maintenance_runs (task, run_by, started_at)
+SELECT task, run_by, last_run_at
+FROM claimed
 RETURNING task;
+
+-- name: purge_maintenance_runs
+-- Forgets the log of maintenance runs older than %(older_than)s.
+DELETE FROM pgq.maintenance_runs
+WHERE started_at < %(older_than)s;
 
 -- name: heartbeat_supervisor
 -- Registers a supervisor, or refreshes its heartbeat.
@@ -597,9 +616,9 @@ WHERE supervisor_id = %(id)s;
 -- name: record_workers
 -- Writes a supervisor's children as they are now.
 INSERT INTO pgq.workers (supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
-                         job_started, spawned_at)
+                         job_started, spawned_at, rss_bytes)
 SELECT %(id)s, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
-       w.job_started, w.spawned_at
+       w.job_started, w.spawned_at, w.rss_bytes
 FROM unnest(
     %(worker_ids)s::text[],
     %(pools)s::text[],
@@ -609,8 +628,9 @@ FROM unnest(
     %(job_ids)s::bigint[],
     %(kinds)s::text[],
     %(job_starts)s::timestamptz[],
-    %(spawned)s::timestamptz[]
-) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at);
+    %(spawned)s::timestamptz[],
+    %(rss)s::bigint[]
+) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at, rss_bytes);
 
 -- name: prune_supervisors
 -- Forgets supervisors (and, by cascade, their children) that stopped heartbeating.
@@ -637,7 +657,7 @@ ORDER BY host, started_at;
 SELECT w.supervisor_id, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
        w.job_started,
        greatest(0, extract(epoch FROM s.heartbeat_at - w.job_started))::float8 AS job_age,
-       w.spawned_at
+       w.spawned_at, w.rss_bytes
 FROM pgq.workers AS w
 JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
 ORDER BY w.supervisor_id, w.pool, w.slot;
@@ -700,6 +720,11 @@ SELECT pg_try_advisory_lock(%(key)s);
 -- Releases a session advisory lock this session holds.
 SELECT pg_advisory_unlock(%(key)s);
 
+-- name: try_advisory_xact_lock
+-- Takes an advisory lock until the end of the current transaction if it is free; true when
+-- taken. Holds no session state, so it is safe through a transaction-mode pooler.
+SELECT pg_try_advisory_xact_lock(%(key)s);
+
 -- name: vacuum_due
 -- How many dead rows pgq.jobs holds (every consumed job leaves one, and its entry at the head
 -- of the claim index, which each claim steps over until VACUUM removes it), and whether this
@@ -717,6 +742,11 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- Sent without waiting for it (the master's loop must not block), on a connection of its own.
 -- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.
 VACUUM (SKIP_LOCKED) pgq.jobs;
+
+-- name: session_timeouts
+-- The master's sessions: no statement of its loop may hold it for long (see runtime/database.py).
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false);
 
 -- name: cancel_jobs
 -- Cancels the jobs %(ids)s. A waiting job (available, or scheduled for later) becomes

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import psycopg
 
 from supervisor.config.handlers import wants_context
-from supervisor.queue import control, outcomes
+from supervisor.queue import control, outcomes, scheduled
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.context import JobContext
 from supervisor.queue.job import Job
@@ -149,13 +149,17 @@ def drain(
 
     ``handlers`` maps job kinds to functions, like the YAML's ``handlers``. ``conn`` must not be
     inside a transaction (each claim and each outcome commits, as in a worker); an autocommit
-    connection is simplest. A retried or snoozed job is due later, so a drain ends; a job whose
+    connection is simplest. Scheduled jobs whose time has come are staged first, as the
+    supervisor's stager would. A retried or snoozed job is due later, so a drain ends; a job whose
     kind has no handler is retried with backoff, as a worker would. ``queues`` limits the drain
     to those queues; paused queues are skipped, as on a supervisor.
     """
     report = DrainReport()
     worker = f"testing:{os.getpid()}:{time.monotonic_ns()}"
     while len(report.runs) < max_jobs:
+        # No supervisor's stager runs here: move scheduled jobs whose time has come ourselves.
+        while scheduled.stage_due(conn):
+            pass
         due = [row[0] for row in conn.execute(query("due_queues")).fetchall()]
         if not conn.autocommit:
             conn.commit()

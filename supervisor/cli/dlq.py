@@ -17,7 +17,14 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from supervisor.cli.session import duration_arg, positive_int, server_clock, session
+from supervisor.cli.session import (
+    duration_arg,
+    json_argument,
+    listing_arguments,
+    positive_int,
+    server_clock,
+    session,
+)
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, UsageError
 from supervisor.config.units import format_duration
@@ -37,14 +44,11 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--newer-than", type=duration_arg, metavar="AGE", help="finished less than AGE ago"
     )
-    p.add_argument(
-        "--limit", type=positive_int, default=50, metavar="N", help="at most this many (50)"
-    )
-    p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    listing_arguments(p)
 
     p = sub.add_parser("show", help="everything about one dead letter")
     p.add_argument("id", type=positive_int, metavar="ID")
-    p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    json_argument(p)
 
     p = sub.add_parser(
         "replay",

@@ -14,7 +14,14 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from supervisor.cli.session import positive_int, server_clock, session
+from supervisor.cli.dlq import telling_line
+from supervisor.cli.session import (
+    json_argument,
+    listing_arguments,
+    positive_int,
+    server_clock,
+    session,
+)
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue import control
@@ -29,14 +36,11 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--state", choices=control.STATES, help="only jobs in this state")
     p.add_argument("--queue", help="only jobs of this queue")
     p.add_argument("--kind", help="only jobs of this kind")
-    p.add_argument(
-        "--limit", type=positive_int, default=50, metavar="N", help="at most this many (50)"
-    )
-    p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    listing_arguments(p)
 
     p = sub.add_parser("show", help="everything about one job, and where it runs")
     p.add_argument("id", type=positive_int, metavar="ID")
-    p.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    json_argument(p)
 
     p = sub.add_parser(
         "cancel",
@@ -70,8 +74,8 @@ def _fail(message: str) -> int:
 
 
 def _last_line(error: str | None) -> str:
-    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
-    text = safe(lines[-1]) if lines else ""
+    line = telling_line(error)
+    text = safe(line) if line else ""
     return text if len(text) <= ERROR_COLUMN else text[: ERROR_COLUMN - 1] + "…"
 
 

@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
         "until the process renames itself)",
     )
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="with no DSN (--dsn, PGQ_DSN, database.dsn), start an embedded PostgreSQL "
+        "(the same as database.embedded: true)",
+    )
     parser.add_argument("--log-format", choices=("text", "json"), help="override log.format")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -56,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import jobs, operator, queues, schedules  # noqa: F401
+    from supervisor.cli import jobs, operator, queues, schedules, web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +110,8 @@ def check(ctx: Context) -> int:
     pools = ctx.config.pools
     print(
         f"{ctx.config.path}: OK: {len(pools)} pools, "
-        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers"
+        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers, "
+        f"{len(ctx.config.schedules)} schedules"
     )
     return MasterExit.OK
 
@@ -117,7 +124,7 @@ def migrate_verb(ctx: Context) -> int:
     # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
     # of leaving the server we started running.
     with stoppable_startup(), database(ctx) as dsn:
-        applied = migrate(dsn)
+        applied = migrate(dsn, pooled=ctx.config.database.pooled)
     if applied is None:
         return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if applied:
@@ -149,7 +156,7 @@ def run(ctx: Context) -> int:
     with stoppable_startup(), database(ctx) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
-            for m in migrate(dsn):
+            for m in migrate(dsn, pooled=ctx.config.database.pooled):
                 log.info("applied migration %04d_%s", m.version, m.name)
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
 
@@ -200,19 +207,25 @@ def signals_held() -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def database(ctx: Context) -> Iterator[str]:
-    """The DSN to use; with none configured, the embedded server: one already running on the
-    data folder, or one started here that lives as long as this."""
+    """The DSN to use; with none given and the embedded server chosen, that server: one
+    already running on the data folder, or one started here that lives as long as this."""
     dsn = explicit_dsn(ctx.args, ctx.config)
     if dsn:
         yield dsn
         return
+    if not (ctx.args.embedded or ctx.config.database.embedded):
+        raise UsageError(
+            "no database: set PGQ_DSN, pass --dsn, or set database.dsn in "
+            f"{ctx.config.path}; or, for a local database started and stopped with the "
+            "supervisor, set database.embedded: true or pass --embedded"
+        )
     server = _embedded(ctx.config)
     running = server.find_running(ctx.config.database.embedded_dir)
     if running is not None:
         yield running  # another process started it, and stops it
         return
     log.info(
-        "no database configured: starting an embedded PostgreSQL in %s",
+        "no DSN given, embedded server chosen: starting an embedded PostgreSQL in %s",
         ctx.config.database.embedded_dir,
     )
     with signals_held() as held:

@@ -91,11 +91,18 @@ class ScheduleRow:
 def gather(conn: psycopg.Connection[Any], config: Config, now: datetime) -> list[ScheduleRow]:
     if not config.schedules:
         return []
-    records = scheduled.schedule_records(conn)
-    rows = []
+    return rows(config, scheduled.schedule_records(conn), now)
+
+
+def rows(
+    config: Config, records: dict[str, scheduled.ScheduleRecord], now: datetime
+) -> list[ScheduleRow]:
+    """Each schedule of the file with its recorded last run and its next tick (the web
+    dashboard reads the records on its own async connections)."""
+    found = []
     for name, s in config.schedules.items():
         record = records.get(name)
-        rows.append(
+        found.append(
             ScheduleRow(
                 s,
                 record.last_tick if record else None,
@@ -103,7 +110,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, now: datetime) -> list
                 next_ticks(s, now, 1)[0],
             )
         )
-    return rows
+    return found
 
 
 def to_json(rows: list[ScheduleRow]) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ def session(
         autocommit=autocommit,
         application_name=f"pgq-supervisor {ctx.args.verb}",
         connect_timeout=ctx.config.database.connect_timeout,
+        pooled=ctx.config.database.pooled,
     )
     try:
         if snapshot:
@@ -90,3 +91,15 @@ def timestamp_arg(text: str) -> datetime:
             f"{text!r} has no UTC offset, so it is ambiguous; add Z (UTC) or one like +02:00"
         )
     return moment
+
+
+def listing_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every listing verb takes after its filters: --limit and --json."""
+    parser.add_argument(
+        "--limit", type=positive_int, default=50, metavar="N", help="at most this many (50)"
+    )
+    json_argument(parser)
+
+
+def json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON document, for scripts")

@@ -7,7 +7,7 @@ clock). ``to_json`` and ``render`` show the same data, for scripts and for peopl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -69,6 +69,7 @@ class WorkerView:
     job_started: datetime | None
     job_age: float | None
     spawned_at: datetime
+    rss_bytes: int | None = None
 
 
 @dataclass
@@ -109,7 +110,7 @@ class Status:
                 )
             if q.paused:
                 found.append(
-                    f"queue {safe(q.queue)} is paused: {_jobs(q.available)} due wait for "
+                    f"queue {safe(q.queue)} is paused: {_jobs(q.available)} due and waiting for "
                     "`queues resume`"
                 )
             if q.unserved:
@@ -183,13 +184,22 @@ def _add_throughput(conn: psycopg.Connection[Any], queues: dict[str, QueueRow], 
 
 
 def _supervisors(conn: psycopg.Connection[Any]) -> list[SupervisorView]:
+    return supervisors_from(
+        conn.execute(query("list_supervisors")).fetchall(),
+        conn.execute(query("list_workers")).fetchall(),
+    )
+
+
+def supervisors_from(
+    supervisor_rows: Iterable[Sequence[Any]], worker_rows: Iterable[Sequence[Any]]
+) -> list[SupervisorView]:
+    """Live supervisors with their children, from the rows of list_supervisors and list_workers
+    (the web dashboard reads the same rows on its async connections)."""
     supervisors = {
         sid: SupervisorView(sid, host, pid, config, started, beat, float(beat_age))
-        for sid, host, pid, config, started, beat, beat_age in conn.execute(
-            query("list_supervisors")
-        ).fetchall()
+        for sid, host, pid, config, started, beat, beat_age in supervisor_rows
     }
-    for sid, *worker in conn.execute(query("list_workers")).fetchall():
+    for sid, *worker in worker_rows:
         if sid in supervisors:
             supervisors[sid].workers.append(WorkerView(*worker))
     return list(supervisors.values())
@@ -259,6 +269,7 @@ def _supervisor_json(s: SupervisorView) -> dict[str, Any]:
                 "pid": w.pid,
                 "state": w.state,
                 "spawned_at": iso(w.spawned_at),
+                "rss_bytes": w.rss_bytes,
                 "job": None
                 if w.job_id is None
                 else {

@@ -27,6 +27,8 @@ from supervisor.config.units import (
 T = TypeVar("T")
 
 _CLOCK = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
+# The longest name (of a queue, a kind, a schedule) a setting may hold.
+MAX_NAME = 200
 
 
 class Section:
@@ -114,6 +116,32 @@ class Section:
 
     def report(self, key: str, problem: str) -> None:
         self.reader.report(self.key_path(key), problem, self.node_of(key))
+
+
+def named_bodies(
+    top: Section, key: str, what: str, name: re.Pattern[str], rule: str, body: str, required: bool
+) -> list[tuple[str, Node, Section]]:
+    """The entries of a section of named mappings (pools, schedules): a name that breaks
+    ``rule`` is reported, and an empty or misshapen body is reported and left out."""
+    section = top.section(key, what, required=required)
+    found = []
+    for entry, key_node, node in section:
+        path = section.key_path(entry)
+        if not name.fullmatch(entry):
+            section.reader.report(path, rule, key_node)
+        mapping = Section.of(section.reader, node, path, body, required=True)
+        if mapping:
+            found.append((entry, key_node, mapping))
+    return found
+
+
+def check_kind(reader: Reader, path: str, kind: str, kinds: list[str], node: Node) -> None:
+    """Report a kind that no handler serves. Without any handler, that is the issue to fix
+    first; don't add noise."""
+    if kinds and kind not in kinds:
+        close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        reader.report(path, f"no handler for this kind; add it under handlers{hint}", node)
 
 
 # Converters: (reader, node) -> value, raising Bad. Built by the functions below so a schema

@@ -48,10 +48,30 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class DatabaseConfig:
-    dsn: str | None = None  # None: run on the embedded Postgres server
+    dsn: str | None = None  # None: PGQ_DSN or --dsn, or the embedded server if opted in
+    # Start an embedded PostgreSQL when no DSN is given. Only by choice: a production host
+    # whose environment lost PGQ_DSN must refuse to start, not run on an empty local database.
+    embedded: bool = False
     embedded_dir: str = ".pgq"  # data folder of the embedded server, relative to the cwd
     auto_migrate: bool = True
     connect_timeout: float = 5.0
+    # "transaction": the DSN reaches PostgreSQL through a transaction-mode pooler (PgBouncer),
+    # so nothing may rely on session state: no prepared statements, no session advisory locks,
+    # no LISTEN on it. None: a direct connection (or a session-mode pooler).
+    pooler: str | None = None
+    # A direct connection used only for LISTEN; behind a transaction pooler without it, idle
+    # children poll.
+    listen_dsn: str | None = None
+
+    @property
+    def pooled(self) -> bool:
+        return self.pooler == "transaction"
+
+    def wakeup_dsn(self, dsn: str) -> str | None:
+        """Where the master LISTENs: listen_dsn, else the main DSN unless it is pooled."""
+        if self.listen_dsn is not None:
+            return self.listen_dsn
+        return None if self.pooled else dsn
 
 
 @dataclass(frozen=True)
@@ -157,6 +177,9 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
+    # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
+    # None: the machine's host name.
+    host: str | None = None
     # Key path -> line in the file, so later checks (handler imports) can point at the line.
     lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
 

@@ -7,21 +7,22 @@ the database.
 
 from __future__ import annotations
 
-import difflib
 import keyword
 import re
 from datetime import time
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node
 
 from supervisor.config.fields import (
+    MAX_NAME,
     Section,
     boolean,
+    check_kind,
     choice,
     clock,
     duration,
     integer,
+    named_bodies,
     optional,
     size,
     text,
@@ -38,13 +39,11 @@ from supervisor.config.model import (
     PoolConfig,
     PurgeConfig,
     RescueConfig,
-    ScheduleConfig,
     VacuumConfig,
 )
 from supervisor.config.reader import Bad, Reader
-from supervisor.config.ticks import cron_problem
+from supervisor.config.schedules import schedules
 from supervisor.config.units import format_duration, format_size
-from supervisor.queue.enqueue import EnqueueError, encode_args
 
 MiB = 2**20
 TiB = 2**40
@@ -53,7 +52,6 @@ MAX_DURATION = 30 * DAY
 MAX_TIMEOUT = DAY
 # Retention is measured in weeks or months, so it gets a longer bound than other durations.
 MAX_RETENTION = 365 * DAY
-MAX_NAME = 200
 MAX_BATCH = 100_000
 
 TOP_KEYS = (
@@ -70,8 +68,8 @@ TOP_KEYS = (
     "metrics",
     "log",
     "schedules",
+    "host",
 )
-SCHEDULE_KEYS = ("cron", "every", "kind", "args", "queue", "priority", "timezone", "missed")
 POOL_KEYS = (
     "queues",
     "processes",
@@ -90,7 +88,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
     handlers, kinds = _handlers(top)
     return Config(
         path=source,
-        database=_database(top.section("database", "dsn, embedded_dir, auto_migrate...")),
+        database=_database(top.section("database", "dsn, embedded, embedded_dir, auto_migrate...")),
         handlers=handlers,
         pools=_pools(top),
         jobs=_jobs(top, kinds),
@@ -102,7 +100,8 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         history=_history(top.section("history", "enabled, keep")),
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
-        schedules=_schedules(top, kinds),
+        schedules=schedules(top, kinds),
+        host=_host(reader, top),
         lines=dict(reader.lines),
     )
 
@@ -150,39 +149,73 @@ def _handlers(top: Section) -> tuple[dict[str, str], list[str]]:
 
 
 def _database(s: Section) -> DatabaseConfig:
-    s.only("dsn", "embedded_dir", "auto_migrate", "connect_timeout")
+    s.only(
+        "dsn", "embedded", "embedded_dir", "auto_migrate", "connect_timeout", "pooler", "listen_dsn"
+    )
+    dsn = s.get("dsn", _dsn, None)
+    embedded = s.get("embedded", boolean, False)
+    if dsn is not None and embedded:
+        s.report("embedded", "cannot be true with database.dsn set: choose one")
+    pooler = s.get("pooler", choice("none", "session", "transaction"), "none")
     return DatabaseConfig(
-        dsn=s.get("dsn", _dsn, None),
+        dsn=dsn,
+        embedded=embedded,
         embedded_dir=s.get("embedded_dir", text(max_chars=4096), ".pgq"),
         auto_migrate=s.get("auto_migrate", boolean, True),
         connect_timeout=s.get("connect_timeout", duration(MAX_TIMEOUT), 5.0),
+        pooler=None if pooler == "none" else pooler,
+        listen_dsn=s.get("listen_dsn", _dsn, None),
     )
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _host_name(reader: Reader, node: Node) -> str:
+    value = text(max_chars=64)(reader, node)
+    if not _HOST_NAME.fullmatch(value):
+        raise Bad(HOST_RULE, value)
+    return value
+
+
+HOST_RULE = "must be 1-64 letters, digits, '.', '_' or '-'"
+
+
+def _host(reader: Reader, top: Section) -> str | None:
+    """The host identity: PGQ_HOST, else the YAML's `host`, else None (the machine's name).
+    The environment wins so one file can serve several supervisors on one machine."""
+    configured = top.get("host", _host_name, None)
+    override = reader.env.get("PGQ_HOST")
+    if override is None:
+        return configured
+    if not _HOST_NAME.fullmatch(override):
+        reader.report("host", f"PGQ_HOST {HOST_RULE}, got {override[:80]!r}")
+        return None
+    return override
 
 
 def _dsn(reader: Reader, node: Node) -> str:
     value = reader.text(node, "a connection string")
     # An empty dsn (often an unset variable) must not quietly fall back to a throwaway
-    # embedded database in production: only a missing key means "embedded".
+    # embedded database in production.
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise Bad("is empty; remove the key to run on the embedded server")
+        raise Bad("is empty (an unset variable?); give a connection string or remove the key")
     if not isinstance(value, str):
         raise Bad("must be a connection string like postgresql://user@host/dbname")
     return value
 
 
 def _pools(top: Section) -> dict[str, PoolConfig]:
-    section = top.section("pools", "each pool lists its queues and processes", required=True)
-    pools = {}
-    for name, key_node, node in section:
-        path = section.key_path(name)
-        if not _POOL_NAME.fullmatch(name):
-            section.reader.report(
-                path, "pool name must be 1-64 letters, digits, '_' or '-'", key_node
-            )
-        body = Section.of(section.reader, node, path, "with at least 'queues'", required=True)
-        if body:  # an empty or misshapen pool has been reported already
-            pools[name] = _pool(name, body)
-    return pools
+    entries = named_bodies(
+        top,
+        "pools",
+        "each pool lists its queues and processes",
+        _POOL_NAME,
+        "pool name must be 1-64 letters, digits, '_' or '-'",
+        "with at least 'queues'",
+        required=True,
+    )
+    return {name: _pool(name, body) for name, _, body in entries}
 
 
 def _pool(name: str, s: Section) -> PoolConfig:
@@ -217,21 +250,12 @@ def _queues(s: Section) -> dict[str, int]:
     return queues
 
 
-def _check_kind(reader: Reader, path: str, kind: str, kinds: list[str], node: Node) -> None:
-    """Report a kind that no handler serves. Without any handler, that is the issue to fix
-    first; don't add noise."""
-    if kinds and kind not in kinds:
-        close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        reader.report(path, f"no handler for this kind; add it under handlers{hint}", node)
-
-
 def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
     section = top.section("jobs", "per-kind policy: {kind: {timeout, max_attempts, backoff}}")
     jobs = {}
     for kind, key_node, node in _named_entries(section, "job kind"):
         path = section.key_path(kind)
-        _check_kind(section.reader, path, kind, kinds, key_node)
+        check_kind(section.reader, path, kind, kinds, key_node)
         jobs[kind] = _policy(kind, Section.of(section.reader, node, path, "timeout, max_attempts"))
     return jobs
 
@@ -322,97 +346,3 @@ def _log(s: Section) -> LogConfig:
         format=s.get("format", choice("text", "json"), "text"),
         level=s.get("level", choice("debug", "info", "warning", "error"), "info"),
     )
-
-
-def _schedules(top: Section, kinds: list[str]) -> dict[str, ScheduleConfig]:
-    section = top.section("schedules", "each schedule: {cron or every, kind, args, queue...}")
-    schedules = {}
-    for name, key_node, node in section:
-        path = section.key_path(name)
-        if not _SCHEDULE_NAME.fullmatch(name):
-            section.reader.report(
-                path, "schedule name must be 1-64 letters, digits, '_', '-' or '.'", key_node
-            )
-        body = Section.of(section.reader, node, path, "with cron or every, and kind", required=True)
-        if body:
-            schedule = _schedule(name, body, kinds, key_node)
-            if schedule is not None:
-                schedules[name] = schedule
-    return schedules
-
-
-_SCHEDULE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-def _schedule(name: str, s: Section, kinds: list[str], key: Node) -> ScheduleConfig | None:
-    s.only(*SCHEDULE_KEYS)
-    cron = s.get("cron", text(max_chars=200), None)
-    if cron is not None:
-        problem = cron_problem(cron)
-        if problem:
-            s.reader.report_bad(s.key_path("cron"), Bad(problem, cron), s.node_of("cron"))
-            cron = None
-    every = s.get("every", duration(MAX_DURATION), None)
-    if every is not None and every < 1.0:
-        s.report("every", f"must be at least 1s, got {format_duration(every)}")
-        every = None
-    if ("cron" in s) == ("every" in s):
-        s.reader.report(s.path, "needs exactly one of cron (a cron expression) or every (30s)", key)
-    zone = s.get("timezone", text(max_chars=100), "UTC")
-    if "timezone" in s and "every" in s:
-        s.report("timezone", "applies to cron only; every counts seconds, whatever the zone")
-    elif not _zone_exists(zone):
-        s.report("timezone", f"is not a known time zone (like UTC or Europe/Berlin), got {zone!r}")
-    kind = s.get("kind", text(max_chars=MAX_NAME), None)
-    if kind is None and "kind" not in s:
-        s.reader.report(s.key_path("kind"), "is required: a job kind from handlers")
-    elif kind is not None:
-        _check_kind(s.reader, s.key_path("kind"), kind, kinds, s.node_of("kind"))
-    args = s.get("args", _job_args, {})
-    queue = s.get("queue", text(max_chars=MAX_NAME), "default")
-    priority = s.get("priority", integer(-32768, 32767), 0)
-    missed = s.get("missed", choice("skip", "run_once"), "skip")
-    if kind is None or (cron is None and every is None):
-        return None  # reported above; the rest of the file is still read for its issues
-    return ScheduleConfig(
-        name=name,
-        kind=kind,
-        cron=cron,
-        every=every,
-        args=args,
-        queue=queue,
-        priority=priority,
-        timezone=zone,
-        missed=missed,
-    )
-
-
-def _zone_exists(name: str) -> bool:
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return False
-    return True
-
-
-def _job_args(reader: Reader, node: Node) -> dict[str, object]:
-    """A job's arguments as written: a mapping of plain values that JSON can carry."""
-    if not isinstance(node, MappingNode):
-        raise Bad("must be a mapping of the job's keyword arguments, like {full: true}")
-    value = _plain(reader, node)
-    try:
-        encode_args("schedule", value)
-    except EnqueueError as exc:
-        raise Bad(str(exc).removeprefix("job 'schedule': ")) from None
-    assert isinstance(value, dict)
-    return value
-
-
-def _plain(reader: Reader, node: Node) -> object:
-    if isinstance(node, MappingNode):
-        return {key: _plain(reader, value) for key, (_, value) in reader.pairs(node, "").items()}
-    if isinstance(node, SequenceNode):
-        return [_plain(reader, item) for item in node.value]
-    if isinstance(node, ScalarNode):
-        return reader.scalar(node, "a value")
-    raise Bad("must hold plain values only")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from supervisor.observability.exposition import Family
-from supervisor.observability.view import MasterCounters, MasterView
+from supervisor.observability.view import TURN_BUCKETS, MasterCounters, MasterView
 from supervisor.queue.maintenance import QueueStats
 from supervisor.runtime.board import CLAIM_BUCKETS, JOB_BUCKETS, Board, Counter, State
 
@@ -219,9 +219,30 @@ def master_families(c: MasterCounters) -> list[Family]:
         ("pgq_purged_jobs_total", "Dead letters deleted by the nightly purge.", c.purged),
         ("pgq_rescuer_runs_total", "Rescuer passes this supervisor ran.", c.rescuer_runs),
         ("pgq_vacuums_total", "VACUUMs of pgq.jobs this supervisor ran.", c.vacuums),
+        (
+            "pgq_staged_jobs_total",
+            "Scheduled jobs this supervisor's stager made available at their run_at.",
+            c.staged,
+        ),
+        (
+            "pgq_schedule_jobs_total",
+            "Jobs this supervisor enqueued for ticks of periodic schedules.",
+            c.schedule_jobs,
+        ),
     ]
     singles = [Family(name, "counter", text).add(value) for name, text, value in simple]
-    return [rescued, crashed, restarts, recycles, *singles]
+    turns = Family(
+        "pgq_master_turn_seconds",
+        "histogram",
+        "How long each turn of the master's loop kept it busy (waiting for events excluded); "
+        "lease renewal, reaping and signals wait behind a long one.",
+    ).add_histogram(TURN_BUCKETS, c.turn_buckets, c.turn_seconds)
+    longest = Family(
+        "pgq_master_longest_turn_seconds",
+        "gauge",
+        "The longest turn of the master's loop since it started.",
+    ).add(c.longest_turn)
+    return [rescued, crashed, restarts, recycles, *singles, turns, longest]
 
 
 def children_families(master: MasterView) -> list[Family]:

@@ -7,10 +7,14 @@ without breaking a dashboard, and the metrics import nothing of the master.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from supervisor.runtime.board import Board
+
+# Buckets of the time one turn of the master's loop keeps it busy (waiting in select excluded).
+TURN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass
@@ -32,6 +36,15 @@ class MasterCounters:
     vacuums: int = 0
     staged: int = 0  # scheduled jobs this master made available at their run_at
     schedule_jobs: int = 0  # jobs this master enqueued for periodic schedules' ticks
+    turn_buckets: list[int] = field(default_factory=lambda: [0] * (len(TURN_BUCKETS) + 1))
+    turn_seconds: float = 0.0
+    longest_turn: float = 0.0
+
+    def turn(self, busy: float) -> None:
+        """One turn of the master's loop kept it busy this long."""
+        self.turn_buckets[bisect_left(TURN_BUCKETS, busy)] += 1
+        self.turn_seconds += busy
+        self.longest_turn = max(self.longest_turn, busy)
 
     def restart(self, pool: str, reason: str) -> None:
         self.restarts[(pool, reason)] = self.restarts.get((pool, reason), 0) + 1

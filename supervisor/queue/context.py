@@ -34,13 +34,17 @@ class JobContext:
     # Monotonic-clock deadline from the kind's timeout; None when the kind has no timeout.
     deadline: float | None = None
     _check_lease: Callable[[], bool] | None = field(default=None, repr=False)
-    _checked_at: float = field(default=float("-inf"), repr=False)
-    _held: bool = field(default=True, repr=False)
     _check_cancel: Callable[[], bool] | None = field(default=None, repr=False)
-    _cancel_checked_at: float = field(default=float("-inf"), repr=False)
-    # Set once cancelled() returned True: the supervisor then records the job as cancelled
-    # whatever the handler does next.
-    cancel_seen: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._lease = _Latch(value=True)
+        self._cancel = _Latch(value=False)
+
+    @property
+    def cancel_seen(self) -> bool:
+        """True once cancelled() returned True: the supervisor then records the job as
+        cancelled whatever the handler does next."""
+        return self._cancel.value
 
     @property
     def idempotency_key(self) -> str:
@@ -59,13 +63,7 @@ class JobContext:
     def lease_held(self) -> bool:
         """Whether this worker still owns the job. Once False, stop committing progress: the
         job has been given to someone else and this attempt's result will be dropped."""
-        if not self._held or self._check_lease is None:
-            return self._held
-        now = time.monotonic()
-        if now - self._checked_at >= LEASE_CHECK_TTL:
-            self._held = self._check_lease()
-            self._checked_at = now
-        return self._held
+        return self._lease.read(self._check_lease)
 
     def cancelled(self) -> bool:
         """Whether someone cancelled this job (``jobs cancel``, ``supervisor.cancel``).
@@ -75,10 +73,25 @@ class JobContext:
         the master stops the child anyway, within about a second. Asks the database at most
         once a second.
         """
-        if self.cancel_seen or self._check_cancel is None:
-            return self.cancel_seen
+        return self._cancel.read(self._check_cancel)
+
+
+@dataclass
+class _Latch:
+    """A database check asked at most once per LEASE_CHECK_TTL, whose answer, once it moves
+    away from where it started (a lease lost, a cancel seen), stays there."""
+
+    value: bool
+    checked_at: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.start = self.value
+
+    def read(self, check: Callable[[], bool] | None) -> bool:
+        if self.value != self.start or check is None:
+            return self.value
         now = time.monotonic()
-        if now - self._cancel_checked_at >= LEASE_CHECK_TTL:
-            self.cancel_seen = self._check_cancel()
-            self._cancel_checked_at = now
-        return self.cancel_seen
+        if now - self.checked_at >= LEASE_CHECK_TTL:
+            self.value = check()
+            self.checked_at = now
+        return self.value

@@ -15,6 +15,20 @@ from psycopg import conninfo
 
 DEFAULT_CONNECT_TIMEOUT = 5
 
+# TCP settings every connection of ours gets, unless its DSN sets them itself. Without them a
+# connection whose server vanished (a host failure, a failover that moved the address, a
+# firewall dropping state) stays half-open: an idle session notices after the kernel's two-hour
+# keepalive default, and a query in flight waits for retransmissions to give up (about 15
+# minutes). With them, an idle session notices after 10 + 3 x 5 = 25 s and a session waiting on
+# unacknowledged data after 15 s. libpq ignores them on a Unix socket.
+TCP_OPTIONS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,  # milliseconds
+}
+
 _URI_PASSWORD = re.compile(r"(?P<scheme>postgres(?:ql)?://[^:/@\s]*):[^@\s]*@")
 _KV_PASSWORD = re.compile(r"(?P<key>password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
@@ -34,13 +48,22 @@ def _password(dsn: str) -> str | None:
         return None
 
 
+# The DSN's own password is also removed wherever it stands alone in the text, but only if it
+# looks like a secret: 8 characters or more, not letters alone. A short password or an ordinary
+# word ("postgres") would otherwise be starred out of every log line that happens to hold those
+# letters, garbling the log; such passwords are still removed from every DSN the text quotes.
+_SECRET_MIN_LENGTH = 8
+
+
 def scrub(text: str, dsn: str | None = None) -> str:
     """Remove any password from text: URI and key=value forms, and the DSN's own password."""
     text = _URI_PASSWORD.sub(r"\g<scheme>:***@", text)
     text = _KV_PASSWORD.sub(r"\g<key>***", text)
     secret = _password(dsn) if dsn else None
-    if secret:
-        text = text.replace(secret, "***")
+    if secret and len(secret) >= _SECRET_MIN_LENGTH and not secret.isalpha():
+        # Standing alone: not the middle of a longer run of letters and digits.
+        alone = re.compile(rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])")
+        text = alone.sub("***", text)
     return text
 
 
@@ -63,22 +86,42 @@ def describe(dsn: str) -> str:
 _PERMANENT_SQLSTATES = {"28P01", "28000", "3D000", "42501"}
 
 
+def connection_options(dsn: str, connect_timeout: float) -> dict[str, Any]:
+    """The libpq options every connection of ours is opened with: the TCP settings above and a
+    bounded connect. What the DSN sets itself wins: an operator's own keepalive tuning is kept.
+    The one place these are decided, for the master, the children and the verbs alike."""
+    try:
+        given = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        given = {}  # psycopg.connect reports the bad DSN itself
+    options: dict[str, Any] = {k: v for k, v in TCP_OPTIONS.items() if k not in given}
+    options["connect_timeout"] = max(1, round(connect_timeout))
+    return options
+
+
 def connect(
     dsn: str,
     *,
     autocommit: bool = True,
     application_name: str = "pgq-supervisor",
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooled: bool = False,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
-    """Open a connection; a failure becomes a DatabaseError naming the server, not the secret."""
+    """Open a connection; a failure becomes a DatabaseError naming the server, not the secret.
+
+    ``pooled``: the DSN reaches PostgreSQL through a transaction-mode pooler, where each
+    transaction may run on a different server session; a statement psycopg prepared on one
+    would be missing on the next, so nothing is prepared server-side.
+    """
+    if pooled:
+        kwargs["prepare_threshold"] = None
     try:
         return psycopg.connect(
             dsn,
             autocommit=autocommit,
             application_name=application_name,
-            connect_timeout=max(1, round(connect_timeout)),
-            **kwargs,
+            **{**connection_options(dsn, connect_timeout), **kwargs},
         )
     except psycopg.OperationalError as exc:
         raise connection_error(dsn, exc) from None
@@ -89,3 +132,31 @@ def connection_error(dsn: str, exc: BaseException) -> DatabaseError:
     detail = scrub(str(exc).strip(), dsn).replace("\n", " ")
     permanent = sqlstate in _PERMANENT_SQLSTATES or "password authentication failed" in detail
     return DatabaseError(f"cannot connect to {describe(dsn)}: {detail}", permanent=permanent)
+
+
+# OperationalErrors that leave the session usable: the statement was cut short by our own
+# timeouts (statement_timeout, lock_timeout) or lost a deadlock or serialization race.
+_SESSION_SURVIVES = {"57014", "55P03", "40001", "40P01"}
+
+
+# What a child catches to drop its session and reconnect: a broken connection, and a server
+# that turned read-only under it (a failover demoted it; a new session, through a multi-host
+# DSN with target_session_attrs=read-write, reaches the new primary).
+RECONNECT_ERRORS: tuple[type[psycopg.Error], ...] = (
+    psycopg.OperationalError,
+    psycopg.errors.ReadOnlySqlTransaction,
+)
+
+
+def session_lost(exc: BaseException) -> bool:
+    """Whether a session that raised ``exc`` must be dropped and reopened rather than reused.
+
+    True when the connection broke or the server ended the session (class 08, 57P0x), and when
+    the server is read-only (class 25, SQLSTATE 25006): after a failover demoted it, every
+    write on this session would fail the same way, while a fresh connection, through a
+    multi-host DSN with ``target_session_attrs=read-write``, reaches the new primary.
+    """
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if sqlstate.startswith("25"):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and sqlstate not in _SESSION_SURVIVES

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,7 +31,18 @@ DEFAULT_MAX_ATTEMPTS = 10
 # or object store, with their key in the arguments.
 MAX_ARGS_BYTES = 256 * 1024
 MAX_NAME_LENGTH = 200
-PRIORITY_RANGE = (-32768, 32767)
+PRIORITY_RANGE = (-32768, 32767)  # smallint
+MAX_ATTEMPTS_LIMIT = 2**31 - 1  # integer
+# A century: far past any real schedule, far short of what the timestamp column can hold
+# (a delay of 1e13 s would make the server fail the statement and the caller's transaction).
+MAX_DELAY_SECONDS = 100 * 365.25 * 86400
+# Unicode categories refused in kinds and queue names: control characters (a newline or an
+# escape sequence would forge or garble the log lines that name them), format characters
+# (bidirectional overrides make a name read differently than it is), line separators.
+_UNPRINTABLE = {"Cc", "Cf", "Zl", "Zp"}
+# A NUL in a JSON string: the escape \u0000 preceded by an even number of backslashes (an odd
+# number means the backslash itself was escaped, and the text is a literal "\u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class EnqueueError(ValueError):
@@ -62,7 +75,7 @@ class _Row:
     unique_key: str | None
 
 
-def _check_name(what: str, value: object) -> str:
+def _check_name(what: str, value: object, *, printable: bool = True) -> str:
     if not isinstance(value, str):
         raise EnqueueError(f"{what} must be a string, not {type(value).__name__}")
     if not value.strip():
@@ -75,6 +88,13 @@ def _check_name(what: str, value: object) -> str:
         raise EnqueueError(f"{what} contains a NUL character")
     if not _encodable(value):
         raise EnqueueError(f"{what} is not valid Unicode (it holds a lone surrogate)")
+    if printable:
+        bad = next((c for c in value if unicodedata.category(c) in _UNPRINTABLE), None)
+        if bad is not None:
+            raise EnqueueError(
+                f"{what} {value!r} contains the control or format character U+{ord(bad):04X}; "
+                "names appear in logs and must be printable"
+            )
     return value
 
 
@@ -108,7 +128,7 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
         text = _JSON.encode(args)
     except (TypeError, ValueError) as exc:
         raise EnqueueError(f"job {kind!r}: args are not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text:
+    if _JSON_NUL.search(text):
         raise EnqueueError(
             f"job {kind!r}: args contain a NUL character (\\u0000), which PostgreSQL's jsonb "
             "cannot store; encode binary data (base64) first"
@@ -136,6 +156,10 @@ def _seconds(what: str, value: float | timedelta | None) -> float:
         raise EnqueueError(f"{what} must be seconds or a timedelta, not {type(value).__name__}")
     if not math.isfinite(seconds) or seconds < 0:
         raise EnqueueError(f"{what} must be zero or more seconds, got {value!r}")
+    if seconds > MAX_DELAY_SECONDS:
+        raise EnqueueError(
+            f"{what} of {seconds:g}s is more than a century ({MAX_DELAY_SECONDS:g}s)"
+        )
     return float(seconds)
 
 
@@ -149,6 +173,10 @@ def _validate(job: NewJob) -> _Row:
     max_attempts = _int(f"job {kind!r}: max_attempts", job.max_attempts)
     if max_attempts < 1:
         raise EnqueueError(f"job {kind!r}: max_attempts must be at least 1, got {max_attempts}")
+    if max_attempts > MAX_ATTEMPTS_LIMIT:
+        raise EnqueueError(
+            f"job {kind!r}: max_attempts must be at most {MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
+        )
     if job.delay is not None and job.run_at is not None:
         raise EnqueueError(f"job {kind!r}: give delay or run_at, not both")
     delay = _seconds(f"job {kind!r}: delay", job.delay)
@@ -161,7 +189,9 @@ def _validate(job: NewJob) -> _Row:
             )
     unique_key = job.unique_key
     if unique_key is not None:
-        unique_key = _check_name(f"job {kind!r}: unique_key", unique_key)
+        # Keys are the application's own identifiers, never logged as names: only NUL and
+        # lone surrogates (which cannot be stored) are refused.
+        unique_key = _check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
     return _Row(
         queue=queue,
         kind=kind,

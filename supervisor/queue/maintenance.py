@@ -84,12 +84,44 @@ def rescue_batch(
 
 
 def try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    """A session advisory lock, held until ``unlock`` or the session ends (direct sessions
+    only: behind a transaction pooler use ``claim_turn``)."""
     row = conn.execute(query("try_advisory_lock"), {"key": key}).fetchone()
     return bool(row and row[0])
 
 
 def unlock(conn: psycopg.Connection[Any], key: int) -> None:
     conn.execute(query("advisory_unlock"), {"key": key})
+
+
+def _try_xact_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    row = conn.execute(query("try_advisory_xact_lock"), {"key": key}).fetchone()
+    return bool(row and row[0])
+
+
+def claim_run(conn: psycopg.Connection[Any], task: str, run_by: str, interval: float) -> bool:
+    """Record that ``run_by`` runs the singleton ``task`` now, unless some supervisor ran it
+    within 90% of ``interval`` seconds; True when the caller should run it. Every run claimed
+    is also logged in pgq.maintenance_runs, where a fleet's duties can be audited."""
+    row = conn.execute(
+        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
+    ).fetchone()
+    return row is not None
+
+
+def claim_turn(
+    conn: psycopg.Connection[Any], key: int, task: str, run_by: str, interval: float
+) -> bool:
+    """Whether this supervisor runs ``task`` now: in one transaction, the task's advisory lock
+    (transaction-scoped, so no session state: it works through a transaction pooler and is
+    never left held) and ``claim_run``."""
+    with conn.transaction():
+        return _try_xact_lock(conn, key) and claim_run(conn, task, run_by, interval)
+
+
+def forget_maintenance_runs(conn: psycopg.Connection[Any], older_than: datetime) -> int:
+    """Trim the log of maintenance runs; returns how many rows went."""
+    return conn.execute(query("purge_maintenance_runs"), {"older_than": older_than}).rowcount
 
 
 def rescue(
@@ -100,25 +132,43 @@ def rescue(
     history: bool = False,
     only_if: Callable[[psycopg.Connection[Any]], bool] | None = None,
 ) -> list[Moved] | None:
-    """Rescue every expired lease, in bounded batches, under the rescuer's advisory lock.
+    """Rescue every expired lease in bounded batches, each its own transaction under the
+    rescuer's transaction-scoped advisory lock (no session state: pooler-safe).
 
     Returns None when another rescuer holds the lock (it is doing this work right now), or
-    when ``only_if``, asked while the lock is held, says not to run this time.
-    ``conn`` must be an autocommit session: the lock is held by the session.
+    when ``only_if``, asked under the lock in the first transaction, says not to run this time.
     """
-    if not try_lock(conn, locks.RESCUE):
-        return None
-    try:
-        if only_if is not None and not only_if(conn):
-            return None
-        moved: list[Moved] = []
-        while True:
+    moved: list[Moved] = []
+    first = True
+    while True:
+        with conn.transaction():
+            if not _try_xact_lock(conn, locks.RESCUE):
+                return None if first else moved  # another rescuer took over between batches
+            if first and only_if is not None and not only_if(conn):
+                return None
             chunk = rescue_batch(conn, limit=batch, max_attempts=max_attempts, history=history)
-            moved.extend(chunk)
-            if len(chunk) < batch:
-                return moved
-    finally:
-        unlock(conn, locks.RESCUE)
+        first = False
+        moved.extend(chunk)
+        if len(chunk) < batch:
+            return moved
+
+
+def purge_discarded_slice(
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    limit: int = PURGE_BATCH,
+    kind: str | None = None,
+    queue: str | None = None,
+) -> int:
+    """Delete up to ``limit`` dead letters and cancelled jobs that finished before
+    ``older_than``; returns how many.
+
+    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any. Fewer than
+    ``limit`` deleted means none are left.
+    """
+    params = {"older_than": older_than, "limit": limit, "kind": kind, "queue": queue}
+    return conn.execute(query("purge_discarded"), params).rowcount
 
 
 def purge_discarded(
@@ -129,15 +179,11 @@ def purge_discarded(
     kind: str | None = None,
     queue: str | None = None,
 ) -> int:
-    """Delete dead letters and cancelled jobs that finished before ``older_than``, in batches;
-    returns how many.
-
-    ``kind`` and ``queue`` narrow the purge to one kind or queue; None means any.
-    """
-    params = {"older_than": older_than, "limit": batch, "kind": kind, "queue": queue}
+    """Delete dead letters and cancelled jobs that finished before ``older_than``, in slices
+    of ``batch``; returns how many. ``kind`` and ``queue`` narrow it; None means any."""
     total = 0
     while True:
-        deleted = conn.execute(query("purge_discarded"), params).rowcount
+        deleted = purge_discarded_slice(conn, older_than, limit=batch, kind=kind, queue=queue)
         total += deleted
         if deleted < batch:
             return total
@@ -148,18 +194,31 @@ def ensure_history_partitions(conn: psycopg.Connection[Any], days_ahead: int = 2
     return int(row[0]) if row else 0
 
 
+def drop_history_partition(conn: psycopg.Connection[Any], older_than: datetime) -> int:
+    """Drop the oldest daily history partition that ended before ``older_than``; returns 1, or
+    0 when none is left. Raises ``psycopg.errors.LockNotAvailable`` when completions kept the
+    table busy for the function's lock timeout: try again later."""
+    row = conn.execute(query("drop_history"), {"older_than": older_than}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def purge_history_default_slice(
+    conn: psycopg.Connection[Any], older_than: datetime, *, limit: int = PURGE_BATCH
+) -> int:
+    """Delete up to ``limit`` old rows of the default history partition; returns how many."""
+    params = {"older_than": older_than, "limit": limit}
+    return conn.execute(query("purge_history_default"), params).rowcount
+
+
 def purge_history(
     conn: psycopg.Connection[Any], older_than: datetime, *, batch: int = PURGE_BATCH
 ) -> int:
-    """Drop whole daily partitions older than ``older_than``; trim the default partition."""
-    row = conn.execute(query("drop_history"), {"older_than": older_than}).fetchone()
-    dropped = int(row[0]) if row else 0
-    while (
-        conn.execute(
-            query("purge_history_default"), {"older_than": older_than, "limit": batch}
-        ).rowcount
-        >= batch
-    ):
+    """Drop every daily partition older than ``older_than`` and trim the default partition, all
+    at once; returns the partitions dropped. (The supervisor's purge does this in slices.)"""
+    dropped = 0
+    while drop_history_partition(conn, older_than):
+        dropped += 1
+    while purge_history_default_slice(conn, older_than, limit=batch) >= batch:
         pass
     return dropped
 
@@ -260,7 +319,17 @@ class QueueStats:
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
     """Per queue figures; a paused queue is listed even when it holds no jobs."""
+    return queue_stats_from_rows(conn.execute(query("queue_stats")).fetchall())
+
+
+def queue_stats_from_rows(rows: Sequence[Sequence[Any]]) -> list[QueueStats]:
+    """The rows of the queue_stats query, typed or as text (read without waiting for them)."""
     return [
-        QueueStats(q, int(a), int(s), int(r), int(d), float(age), int(c), bool(paused))
-        for q, a, s, r, d, c, age, paused in conn.execute(query("queue_stats")).fetchall()
+        QueueStats(str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused))
+        for q, a, s, r, d, c, age, paused in rows
     ]
+
+
+def _bool(value: Any) -> bool:
+    """A boolean column, typed or as the server's text ('t' or 'f')."""
+    return value in (True, "t") if isinstance(value, str | bool) else bool(value)

@@ -1,8 +1,9 @@
 """Numbered schema migrations from sql/migrations, applied once each, in order.
 
-Safe when several hosts run it at once: the whole run holds a session advisory lock, so a
-second runner waits, then finds every version recorded and does nothing. Each migration runs
-in its own transaction together with the row that records it.
+Safe when several hosts run it at once: each migration runs in its own transaction, together
+with the row that records it, under a transaction-scoped advisory lock; a second runner waits,
+then finds that version recorded and moves on (or does nothing). No session state, so it works
+through a transaction-mode pooler too.
 """
 
 from __future__ import annotations
@@ -67,10 +68,11 @@ def pending(conn: psycopg.Connection[Any]) -> list[Migration]:
     return [m for m in available() if m.version not in done]
 
 
-def migrate(target: str | psycopg.Connection[Any]) -> list[Migration]:
-    """Apply every pending migration; returns the ones applied (empty when up to date)."""
+def migrate(target: str | psycopg.Connection[Any], *, pooled: bool = False) -> list[Migration]:
+    """Apply every pending migration; returns the ones applied (empty when up to date).
+    ``pooled``: ``target`` is a DSN through a transaction-mode pooler."""
     if isinstance(target, str):
-        with connect(target, application_name="pgq-supervisor migrate") as conn:
+        with connect(target, application_name="pgq-supervisor migrate", pooled=pooled) as conn:
             return _migrate(conn)
     return _migrate(target)
 
@@ -83,19 +85,21 @@ def _migrate(conn: psycopg.Connection[Any]) -> list[Migration]:
     if applied_versions(conn) and not pending(conn):
         # Up to date: touch nothing, so a role without CREATE rights can run this too.
         return []
-    conn.execute("SELECT pg_advisory_lock(%s)", (locks.MIGRATE,))
-    try:
-        conn.execute(_BOOTSTRAP)
-        applied = []
-        for migration in pending(conn):
-            with conn.transaction():
-                conn.execute(migration.sql)
-                conn.execute(
-                    "INSERT INTO pgq.schema_migrations (version, name) VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
-            log.info("applied migration %04d_%s", migration.version, migration.name)
-            applied.append(migration)
-        return applied
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (locks.MIGRATE,))
+    applied = []
+    while True:
+        with conn.transaction():
+            # Transaction-scoped, so it also works through a transaction pooler and can never
+            # be left held; the pending list is read again under it, so two runners take turns.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (locks.MIGRATE,))
+            conn.execute(_BOOTSTRAP)
+            todo = pending(conn)
+            if not todo:
+                return applied
+            migration = todo[0]
+            conn.execute(migration.sql)
+            conn.execute(
+                "INSERT INTO pgq.schema_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+        log.info("applied migration %04d_%s", migration.version, migration.name)
+        applied.append(migration)

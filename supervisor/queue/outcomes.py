@@ -109,9 +109,9 @@ def discard(job: Job, reason: str) -> Settlement:
     return Settlement(job, "discarded", None, 0, clip_error(reason))
 
 
-def cancelled(job: Job, reason: str) -> Settlement:
-    """End a job someone cancelled while it ran (its handler saw ``job.cancelled()``)."""
-    return Settlement(job, "cancelled", None, 0, clip_error(reason))
+def cancelled(job: Job, reason: str, *, started: bool = True) -> Settlement:
+    """End a job someone cancelled; one that never started gets its attempt back."""
+    return Settlement(job, "cancelled", None, 0 if started else 1, clip_error(reason))
 
 
 def retry(

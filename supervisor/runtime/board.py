@@ -58,12 +58,15 @@ _JOB_SECONDS = 13  # double: sum of handler seconds
 _MEMORY = 14  # bytes, last measured by the child
 _CLAIM_BUCKETS_AT = 16
 _JOB_BUCKETS_AT = 36
+# The one word the master writes: the id of a running job someone cancelled, read by the child
+# when the master's TERM arrives, so it ends that job cancelled instead of draining it.
+_CANCEL_JOB = 60
 
 # Histogram upper bounds in seconds (Prometheus "le"), +Inf implied.
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 JOB_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 assert _CLAIM_BUCKETS_AT + len(CLAIM_BUCKETS) + 1 <= _JOB_BUCKETS_AT
-assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= HEADER_WORDS
+assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= _CANCEL_JOB < HEADER_WORDS
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,15 @@ class Board:
         self._u[base + 1] = 0
         self._u[base] += 1
 
+    def cancelled_job(self) -> int:
+        """The job the master was asked to cancel (0: none)."""
+        return int(self._u[_CANCEL_JOB])
+
     # -- read by the master ----------------------------------------------------------------
+
+    def cancel_job(self, job_id: int) -> None:
+        """Written by the master just before it stops the child to cancel ``job_id``."""
+        self._u[_CANCEL_JOB] = job_id
 
     @property
     def state(self) -> State:

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
     from supervisor.config.handlers import Handler
 
-HOSTNAME = socket.gethostname()
 # A child that dies within this many seconds of its spawn without claiming anything failed to
 # boot, like one that never got ready.
 BOOT_WINDOW = 3.0
@@ -38,9 +37,15 @@ BACKOFF_CAP = 30.0
 MASTER_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT}
 
 
-def worker_identity(pid: int, token: str) -> str:
+def host_identity(config: Config) -> str:
+    """The name this supervisor goes by in worker ids and the registry: PGQ_HOST or the YAML's
+    `host` (several supervisors on one machine acting as several hosts), else the machine's."""
+    return config.host or socket.gethostname()
+
+
+def worker_identity(host: str, pid: int, token: str) -> str:
     """Unique per process incarnation: a restarted host or a reused pid gets a new one."""
-    return f"{HOSTNAME}:{pid}:{token}"
+    return f"{host}:{pid}:{token}"
 
 
 @dataclass
@@ -148,6 +153,7 @@ def spawn(
     pool: PoolConfig,
     slot: int,
     generation: int,
+    host: str,
     dsn: str,
     handlers: Mapping[str, Handler],
     kinds: list[str],
@@ -170,7 +176,7 @@ def spawn(
                     config=config,
                     pool=pool,
                     slot=slot,
-                    worker_id=worker_identity(os.getpid(), token),
+                    worker_id=worker_identity(host, os.getpid(), token),
                     dsn=dsn,
                     handlers=handlers,
                     kinds=kinds,
@@ -195,7 +201,7 @@ def spawn(
         pool=pool.name,
         slot=slot,
         generation=generation,
-        worker_id=worker_identity(pid, token),
+        worker_id=worker_identity(host, pid, token),
         board=board,
         wake_fd=wake_w,
         report_fd=report_r,

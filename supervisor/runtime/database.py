@@ -1,9 +1,14 @@
 """The master's own database session: one connection, reconnected behind the loop's back.
 
-The master must never die because the database did. Every use goes through ``run``, which
-returns None instead of raising when the database is unreachable or a statement fails; the
-caller treats None as "did not happen, try again later". Reconnects back off so a dead database
-costs the loop one connect attempt every few seconds, not one per tick.
+The master must never die because the database did, nor wait on it for long. Every use goes
+through ``run``, which returns None instead of raising when the database is unreachable or a
+statement fails; the caller treats None as "did not happen, try again later". Reconnects back
+off so a dead database costs the loop one connect attempt every few seconds, not one per tick.
+
+Every session gets a statement and lock timeout: the master's statements take milliseconds, and
+one that waits longer (a lock held by someone else, a server in trouble) is cut short instead
+of holding up lease renewal, reaping and signals. A session the server made read-only (a
+failover demoted it) or ended is dropped and reopened, like a broken one.
 """
 
 from __future__ import annotations
@@ -16,13 +21,18 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from supervisor.queue.dsn import DatabaseError, connect, describe
+from supervisor.queue.dsn import DatabaseError, connect, describe, session_lost
+from supervisor.queue.queries import query
 
 log = logging.getLogger("pgq.master")
 
 T = TypeVar("T")
 RETRY_FIRST = 0.5
 RETRY_CAP = 10.0
+# Backstops, far above what the master's statements take (milliseconds): a statement past them
+# is cancelled by the server and retried by its service at its next turn.
+STATEMENT_TIMEOUT = "5s"
+LOCK_TIMEOUT = "1s"
 
 
 class MasterDatabase:
@@ -32,17 +42,25 @@ class MasterDatabase:
         *,
         name: str,
         connect_timeout: float,
+        pooled: bool = False,
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.on_connect = on_connect
         self.name = name
         self.connect_timeout = connect_timeout
+        self.pooled = pooled
         self.conn: psycopg.Connection[Any] | None = None
         self.next_attempt = 0.0
         self.delay = RETRY_FIRST
         self.reachable = False
         self.down_since: float | None = None
+
+    def backend_pid(self) -> int | None:
+        """The server process of this session (NOTIFYs it sent carry it)."""
+        return (
+            self.conn.info.backend_pid if self.conn is not None and not self.conn.closed else None
+        )
 
     def fileno(self) -> int | None:
         return self.conn.fileno() if self.conn is not None else None
@@ -57,7 +75,9 @@ class MasterDatabase:
                 self.dsn,
                 application_name=f"pgq-supervisor {self.name}",
                 connect_timeout=self.connect_timeout,
+                pooled=self.pooled,
             )
+            bound_session(self.conn, STATEMENT_TIMEOUT, LOCK_TIMEOUT, pooled=self.pooled)
             if self.on_connect is not None:
                 self.on_connect(self.conn)
         except (DatabaseError, psycopg.Error) as exc:
@@ -89,21 +109,41 @@ class MasterDatabase:
             return None
         try:
             result = fn(conn)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not session_lost(exc):
+                self._failed(conn, what, exc)
+                return None
             self.close()
             self._down(f"{what}: {exc}".strip())
             return None
-        except psycopg.Error as exc:
-            log.error("%s failed: %s", what, exc)
-            with contextlib.suppress(psycopg.Error):
-                if not conn.autocommit:
-                    conn.rollback()
-            return None
         self.reachable = True
         return result
+
+    def _failed(self, conn: psycopg.Connection[Any], what: str, exc: psycopg.Error) -> None:
+        """A statement failed on a session that is still good: say so, and leave the session
+        clean for the next one."""
+        log.error("%s failed: %s", what, str(exc).strip())
+        with contextlib.suppress(psycopg.Error):
+            if not conn.autocommit:
+                conn.rollback()
 
     def close(self) -> None:
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
+
+
+def bound_session(
+    conn: psycopg.Connection[Any], statement_timeout: str, lock_timeout: str, *, pooled: bool
+) -> None:
+    """Give a session of the master's its time limits, so no statement can hold the loop.
+
+    Not behind a transaction pooler: a session setting would stay on the server connection the
+    pooler hands to its next client, whoever that is. There, set them on the role instead
+    (``ALTER ROLE ... SET statement_timeout``), as the README says."""
+    if not pooled:
+        conn.execute(
+            query("session_timeouts"),
+            {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout},
+        )

@@ -21,6 +21,7 @@ import psycopg
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
+from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
 from supervisor.runtime.board import Board, Counter
 
@@ -39,6 +40,10 @@ FLUSH_AFTER = 0.25
 class JobTimeout(BaseException):
     """Raised inside a handler that ran past its kind's timeout. A BaseException, so a
     handler's `except Exception` cannot swallow it."""
+
+
+class JobCancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran (the master stopped it)."""
 
 
 class Orphaned(BaseException):
@@ -138,7 +143,7 @@ class Results:
             else:
                 settled, claimed = None, claim(conn, done)
             result = jobs_api.read_claim(claimed, done)
-        except psycopg.OperationalError:
+        except RECONNECT_ERRORS:
             raise
         except psycopg.Error:
             self._write_one_by_one(conn, board, pool, history)
@@ -177,7 +182,7 @@ class Results:
                         result = jobs_api.settle(conn, [settlement], history=history)
                         _tally(board, pool, None, [settlement], result)
                         self._announce([settlement])
-                except psycopg.OperationalError:
+                except RECONNECT_ERRORS:
                     raise
                 except psycopg.Error as exc:
                     refused.append((job, settlement, exc))
@@ -347,6 +352,9 @@ class Executor:
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
+        if self.board.cancelled_job() == job.id:
+            # Cancelled after the claim, before its turn came (the master wrote it on the board).
+            return outcomes.cancelled(job, "cancelled before it started", started=False)
         policy = self.config.policy(job.kind)
         handler = self.handlers.get(job.kind)
         if handler is None:
@@ -391,6 +399,9 @@ class Executor:
         except JobTimeout:
             self.interruptible = False
             settlement = self.timed_out(job)
+        except JobCancelled:
+            self.interruptible = False
+            settlement = outcomes.cancelled(job, "cancelled while running; the worker stopped it")
         except Orphaned:
             self.interruptible = False
             raise

@@ -24,16 +24,17 @@ from typing import TYPE_CHECKING, Any
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
 from supervisor.runtime import proctitle
 from supervisor.runtime.board import State
-from supervisor.runtime.children import HOSTNAME, Child, Slot, spawn
+from supervisor.runtime.children import Child, Slot, host_identity, spawn
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
+from supervisor.runtime.pending import Readable
+from supervisor.runtime.purge import Purger
 from supervisor.runtime.scheduler import Scheduler
 from supervisor.runtime.services import (
     CancelWatch,
     LeaseRenewal,
     MemoryWatch,
     PendingRequeue,
-    Purger,
     Registry,
     Requeuer,
     Rescuer,
@@ -55,6 +56,9 @@ KILL_GRACE = 5.0
 # Consecutive failed boots of every slot of a pool that make the master give up (exit 3).
 BOOT_FAILURE_LIMIT = 5
 NOTIFY_CHANNEL = "pgq_jobs"
+# A turn of the loop busy this long is logged: everything the master does waited behind it.
+SLOW_TURN = 1.0
+NOTABLE_TURN = 0.05  # logged at debug level, with the step that took longest
 # Jobs were scheduled for later: the stager reads the earliest run_at again.
 SCHEDULED_CHANNEL = "pgq_scheduled"
 # How often the master looks for cancel requests on its children's jobs: a cancelled running
@@ -88,17 +92,29 @@ class Master:
         self.handlers = handlers
         self.kinds = sorted(handlers)
         self.dsn = dsn
-        self.supervisor_id = f"{HOSTNAME}:{os.getpid()}:{secrets.token_hex(4)}"
+        # Fixed for the master's life: a reload does not rename a running supervisor.
+        self.host_name = host_identity(config)
+        self.supervisor_id = f"{self.host_name}:{os.getpid()}:{secrets.token_hex(4)}"
         self.db = MasterDatabase(
-            dsn, name="master", connect_timeout=config.database.connect_timeout
-        )
-        self.listener = MasterDatabase(
             dsn,
-            name="listener",
+            name="master",
             connect_timeout=config.database.connect_timeout,
-            on_connect=lambda conn: conn.execute(
-                f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
-            ),
+            pooled=config.database.pooled,
+        )
+        # LISTEN needs a session of its own: never through a transaction pooler. Without a
+        # listen_dsn there, no listener at all: idle children poll.
+        listen_dsn = config.database.wakeup_dsn(dsn)
+        self.listener = (
+            MasterDatabase(
+                listen_dsn,
+                name="listener",
+                connect_timeout=config.database.connect_timeout,
+                on_connect=lambda conn: conn.execute(
+                    f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
+                ),
+            )
+            if listen_dsn is not None
+            else None
         )
         self.listener_fd: int | None = None
         self.metrics = metrics
@@ -111,10 +127,13 @@ class Master:
         self.exit_code = MasterExit.OK
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
+        self.purger = Purger(self)
         self.vacuum = QueueVacuum(self, self.selector)
         self.stager = Stager(self)
         self.services: list[Service] = []
+        self.metrics_services: list[Service] = []
         self.title = ""
+        self.waited = 0.0  # seconds the current step spent waiting in select
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -140,12 +159,31 @@ class Master:
             self.update_title,
             self.sleep,
         ]
+        self.waited = 0.0
+        busy, slowest, slowest_took = 0.0, "", 0.0
         for step in steps:
+            started = time.monotonic()
             try:
                 step()
             except Exception:
                 log.exception("master: %s failed; carrying on", step.__name__)
                 time.sleep(0.1)  # never spin on a step that keeps failing
+            took = time.monotonic() - started - self.waited
+            self.waited = 0.0
+            busy += took
+            if took > slowest_took:
+                slowest, slowest_took = step.__name__, took
+        self.counters.turn(busy)
+        if busy >= NOTABLE_TURN:
+            log.debug("master: a turn took %.3fs (%s: %.3fs)", busy, slowest, slowest_took)
+        if busy >= SLOW_TURN:
+            log.warning(
+                "master: one turn of the loop took %.2fs (%s: %.2fs); lease renewal, reaping "
+                "and signals waited that long",
+                busy,
+                slowest,
+                slowest_took,
+            )
 
     def start(self) -> None:
         self.update_title()
@@ -163,7 +201,11 @@ class Master:
             signal.signal(signum, _record_only)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signals")
         if self.metrics is not None:
+            from supervisor.runtime.metrics_feed import metrics_services
+
             self.metrics.attach(self.metrics_view, self.selector)
+            # Made once: a reload must not orphan a count in flight on the stats session.
+            self.metrics_services = metrics_services(self, self.metrics, self.selector)
         self.build_services()
         for name, pool in self.config.pools.items():
             self.pools[name] = self.new_pool_runtime(pool)
@@ -174,15 +216,20 @@ class Master:
             sum(p.processes for p in self.config.pools.values()),
             self.config.path,
         )
+        if self.listener is None:
+            log.info(
+                "wake-ups: no LISTEN through a transaction pooler and no database.listen_dsn; "
+                "idle children poll every poll_interval"
+            )
 
     def build_services(self) -> None:
         config = self.config
-        purger = Purger(self, 86400.0)
-        purger.next_due = purger.next_run(time.monotonic())  # at purge.at, not at start
+        if not self.purger.running:  # purge.at may have changed; a run in progress goes on
+            self.purger.next_due = self.purger.next_run(time.monotonic())
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
             Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
-            purger,
+            self.purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
             CancelWatch(self, CANCEL_CHECK_EVERY),
@@ -194,10 +241,7 @@ class Master:
         self.vacuum.configure(config.vacuum)
         if config.vacuum.enabled:
             self.services.append(self.vacuum)
-        if self.metrics is not None:
-            from supervisor.runtime.metrics_feed import metrics_services
-
-            self.services.extend(metrics_services(self, self.metrics))
+        self.services.extend(self.metrics_services)
         if config.history.enabled:
             from supervisor.queue.maintenance import ensure_history_partitions
 
@@ -243,14 +287,18 @@ class Master:
         children = tuple(ChildView(c.pool, c.board, c.ready()) for c in self.children.values())
         return MasterView(pools, children, self.counters, self.db.reachable, self.stopping)
 
+    def side_sessions(self) -> list[Readable]:
+        """The master's connections that carry statements it does not wait for."""
+        return [self.vacuum, *(s for s in self.metrics_services if isinstance(s, Readable))]
+
     def inherited_fds(self) -> list[int]:
         """Descriptors a new child must close at once: nothing of the master's may be used
         (or closed through libpq) on the child's side of the fork."""
         fds = [self._signal_r, self._signal_w]
         with contextlib.suppress(Exception):
             fds.append(self.selector.fileno())  # type: ignore[attr-defined]
-        for db in (self.db, self.listener, self.vacuum):
-            fd = db.fileno()
+        for db in (self.db, self.listener, *self.side_sessions()):
+            fd = db.fileno() if db is not None else None
             if fd is not None:
                 fds.append(fd)
         for child in self.children.values():
@@ -282,6 +330,7 @@ class Master:
                 pool=runtime.config,
                 slot=slot.index,
                 generation=runtime.generation,
+                host=self.host_name,
                 dsn=self.dsn,
                 handlers=self.handlers,
                 kinds=self.kinds,
@@ -460,6 +509,8 @@ class Master:
     # -- wake-ups ------------------------------------------------------------------------------
 
     def handle_notifications(self) -> None:
+        if self.listener is None:
+            return  # polling only: a transaction pooler and no listen_dsn
         conn = self.listener.connection()
         fd = conn.fileno() if conn is not None else None
         if fd != self.listener_fd:
@@ -471,16 +522,26 @@ class Master:
             self.listener_fd = fd
 
     def read_notifications(self) -> None:
-        notifies = self.listener.run(
-            "listen", lambda conn: [(n.channel, n.payload) for n in conn.notifies(timeout=0)]
-        )
-        queues = [payload for channel, payload in notifies or [] if channel == NOTIFY_CHANNEL]
-        if len(queues) < len(notifies or []):
-            self.stager.soon()
+        if self.listener is None:
+            return
+        notifies = self.listener.run("listen", lambda conn: list(conn.notifies(timeout=0)))
+        # The stager and the scheduler wake this host's children themselves, without waiting
+        # for their NOTIFY to come back round (it is for the other hosts).
+        own = self.db.backend_pid()
+        queues = []
+        for n in notifies or []:
+            if n.channel == SCHEDULED_CHANNEL:
+                self.stager.soon()
+            elif n.pid != own:
+                queues.append(n.payload)
         for queue in dict.fromkeys(queues):
-            for runtime in self.pools.values():
-                if queue in runtime.config.queues:
-                    self.wake_idle(runtime.config.name, queue=queue)
+            self.wake_queue(queue)
+
+    def wake_queue(self, queue: str) -> None:
+        """Wake one child of every pool that serves ``queue``: it has jobs due now."""
+        for runtime in self.pools.values():
+            if queue in runtime.config.queues:
+                self.wake_idle(runtime.config.name, queue=queue)
 
     def wake_idle(
         self, pool: str, *, exclude: Child | None = None, queue: str | None = None
@@ -618,9 +679,11 @@ class Master:
         from supervisor.runtime import registry
 
         self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
-        self.vacuum.close()
+        for session in self.side_sessions():
+            session.close()
         self.db.close()
-        self.listener.close()
+        if self.listener is not None:
+            self.listener.close()
         if self.metrics is not None:
             self.metrics.close()
         signal.set_wakeup_fd(-1)
@@ -649,7 +712,10 @@ class Master:
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)
         timeout = min(1.0, max(0.0, min(wake_at, default=now + 1.0) - now))
-        for key, _ in self.selector.select(timeout):
+        started = time.monotonic()
+        ready = self.selector.select(timeout)
+        self.waited = time.monotonic() - started  # not busy: the turn's time excludes it
+        for key, _ in ready:
             data: Any = key.data
             if data == "signals":
                 continue  # read at the top of the next turn
@@ -657,8 +723,8 @@ class Master:
                 self.read_notifications()
             elif isinstance(data, Child):
                 self.read_child_report(data)
-            elif data is self.vacuum:
-                self.vacuum.on_readable()
+            elif isinstance(data, Readable):
+                data.on_readable()
             elif self.metrics is not None:
                 self.metrics.handle(key)
 

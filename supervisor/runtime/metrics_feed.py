@@ -6,40 +6,124 @@ and never waits: it reads what these left behind.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import selectors
 import time
+from typing import Any
+
+import psycopg
 
 from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import maintenance
+from supervisor.queue.dsn import DatabaseError, connect, scrub
+from supervisor.queue.queries import query
+from supervisor.runtime.database import bound_session
+from supervisor.runtime.pending import PendingStatement, Readable
 from supervisor.runtime.services import Host, Service
 
-# The refresh counts every row of pgq.jobs on the master's loop (about 0.25s for a million
-# rows, most of them dead letters): it may take at most this share of the loop's time.
-STATS_LOOP_SHARE = 0.05
+log = logging.getLogger("pgq.master")
+
+# Counting every row of pgq.jobs takes about 0.25 s at a million rows: it runs on a session of
+# its own, so the figures may take that long to arrive but the loop does not wait for them. The
+# server cuts the count short past this (waiting for a lock included: the loop does not wait
+# with it), and a slow count makes the refresh less frequent.
+STATS_TIMEOUT = "30s"
+STATS_DB_SHARE = 0.05
 
 
-def metrics_services(host: Host, server: MetricsServer) -> list[Service]:
-    return [QueueStatsRefresh(host, server), ConnectionSweep(host, server)]
+def metrics_services(
+    host: Host, server: MetricsServer, selector: selectors.BaseSelector
+) -> list[Service]:
+    return [QueueStatsRefresh(host, server, selector), ConnectionSweep(host, server)]
 
 
-class QueueStatsRefresh(Service):
-    """Reads the queue table's figures for /metrics and /readyz on the master's session, so a
-    scrape never touches the database."""
+class QueueStatsRefresh(Service, Readable):
+    """Reads the queue table's figures for /metrics and /readyz on a session of its own,
+    without waiting for them: the count is sent, and its rows are read when they arrive."""
 
     name = "queue stats"
 
-    def __init__(self, host: Host, server: MetricsServer) -> None:
+    def __init__(self, host: Host, server: MetricsServer, selector: selectors.BaseSelector) -> None:
         super().__init__(host, STATS_INTERVAL)
         self.server = server
+        self.selector = selector
+        self.conn: psycopg.Connection[Any] | None = None
+        self.pending: PendingStatement | None = None
+        self.sent = 0.0
+        self.fd = -1
 
     def run_once(self) -> None:
-        started = time.monotonic()
-        queues = self.host.db.run("queue stats", maintenance.queue_stats)
-        if queues is None:
+        if self.pending is not None:
+            return  # the last count is still running
+        conn = self._session()
+        if conn is None:
+            return
+        try:
+            self.pending = PendingStatement(conn, query("queue_stats"))
+        except psycopg.Error as exc:
+            self._lost(str(exc))
+            return
+        self.sent = time.monotonic()
+        self.fd = self.pending.fileno()  # kept: a lost connection cannot say its socket
+        self.selector.register(self.fd, selectors.EVENT_READ, self)
+
+    def _session(self) -> psycopg.Connection[Any] | None:
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        try:
+            pooled = self.host.config.database.pooled
+            conn = connect(
+                self.host.dsn,
+                application_name="pgq-supervisor stats",
+                connect_timeout=self.host.config.database.connect_timeout,
+                pooled=pooled,
+            )
+            bound_session(conn, STATS_TIMEOUT, STATS_TIMEOUT, pooled=pooled)
+        except (DatabaseError, psycopg.Error) as exc:
+            log.debug("queue stats: %s", exc)  # the master's own session reports outages
+            return None
+        self.conn = conn
+        return conn
+
+    def fileno(self) -> int | None:
+        if self.conn is None or self.conn.closed:
+            return None
+        with contextlib.suppress(psycopg.Error):
+            return self.conn.fileno()
+        return None
+
+    def on_readable(self) -> None:
+        pending = self.pending
+        if pending is None or not pending.poll():
+            return
+        self._unregister()
+        if pending.error:
+            self._lost(pending.error)
             return
         now = time.monotonic()
-        # A big table slows the refresh down instead of the master's loop.
-        self.interval = max(STATS_INTERVAL, (now - started) / STATS_LOOP_SHARE)
+        queues = maintenance.queue_stats_from_rows(pending.rows)
+        # A big table makes the refresh rarer instead of keeping the server busy counting.
+        self.interval = max(STATS_INTERVAL, (now - self.sent) / STATS_DB_SHARE)
+        self.next_due = self.sent + self.interval
         self.server.queue_stats_read(queues, now, self.interval)
+
+    def _lost(self, why: str) -> None:
+        log.warning("queue stats: %s", scrub(why.strip(), self.host.dsn))
+        self.close()
+
+    def _unregister(self) -> None:
+        if self.pending is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(self.fd)
+        self.pending = None
+
+    def close(self) -> None:
+        self._unregister()
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+        self.conn = None
 
 
 class ConnectionSweep(Service):

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import psutil
 import psycopg
 
 from supervisor.queue.queries import query
+from supervisor.runtime import memory
 
 # A supervisor whose heartbeat is older than this is presumed dead and its rows are pruned.
 STALE_AFTER = 30.0
@@ -26,6 +28,8 @@ class WorkerRow:
     kind: str | None
     job_started: datetime | None
     spawned_at: datetime
+    # Resident set size at the heartbeat (None when the process could not be read).
+    rss_bytes: int | None = None
 
 
 def _ts(epoch: float | None) -> datetime | None:
@@ -61,6 +65,7 @@ def heartbeat(
                     "kinds": [w.kind for w in workers],
                     "job_starts": [w.job_started for w in workers],
                     "spawned": [w.spawned_at for w in workers],
+                    "rss": [w.rss_bytes for w in workers],
                 },
             )
         pruned = conn.execute(query("prune_supervisors"), {"stale_after": STALE_AFTER})
@@ -89,4 +94,13 @@ def worker_row(child: Any, kinds: list[str]) -> WorkerRow:
         kind=kind,
         job_started=_ts(job.started_wall) if job else None,
         spawned_at=_ts(child.spawned_wall) or datetime.now(timezone.utc),
+        rss_bytes=_rss(child.pid),
     )
+
+
+def _rss(pid: int) -> int | None:
+    # One read of /proc/<pid>/statm: cheap enough for every child at every heartbeat.
+    try:
+        return memory.rss(pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None

@@ -22,11 +22,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+import psycopg.errors
 
 from supervisor.config import ScheduleConfig
 from supervisor.config.ticks import latest_tick, next_tick
 from supervisor.queue import scheduled
 from supervisor.queue.enqueue import enqueue
+from supervisor.queue.queries import query
 from supervisor.runtime.services import Host, Service
 
 log = logging.getLogger("pgq.master")
@@ -35,6 +37,8 @@ log = logging.getLogger("pgq.master")
 GRACE = 60.0
 # Look at the clock at least this often (a clock that jumps; a database that was down).
 LOOK_EVERY = 30.0
+# How soon to try again a tick that could not be dealt with.
+RETRY = 1.0
 
 
 def unique_key(name: str, tick: datetime) -> str:
@@ -46,6 +50,7 @@ class Scheduler(Service):
 
     def __init__(self, host: Host) -> None:
         super().__init__(host, LOOK_EVERY)
+        self.unsettled = False
         # The latest tick this master has dealt with, per schedule (enqueued here or elsewhere).
         self.done: dict[str, datetime] = {}
 
@@ -56,6 +61,8 @@ class Scheduler(Service):
             ((next_tick(s, wall) - wall).total_seconds() for s in schedules),
             default=self.interval,
         )
+        if self.unsettled:  # a tick not dealt with (database down, row locked): soon again
+            wait = min(wait, RETRY)
         return time.monotonic() + min(max(wait, 0.0), self.interval)
 
     def run_once(self) -> None:
@@ -63,18 +70,31 @@ class Scheduler(Service):
 
     def run_at(self, now: datetime) -> None:
         """Enqueue what the schedules owe at wall-clock time ``now``."""
+        self.unsettled = False
         for schedule in self.host.config.schedules.values():
             tick = latest_tick(schedule, now)
             if self.done.get(schedule.name) == tick:
                 continue
             if self.host.db.run(f"schedule {schedule.name}", self._tick(schedule, tick, now)):
                 self.done[schedule.name] = tick
+            else:
+                self.unsettled = True
 
     def _tick(
         self, schedule: ScheduleConfig, tick: datetime, now: datetime
     ) -> Callable[[psycopg.Connection[Any]], bool]:
         def deal(conn: psycopg.Connection[Any]) -> bool:
+            try:
+                return enqueue_tick(conn)
+            except psycopg.errors.LockNotAvailable:
+                # Another supervisor is enqueueing this tick and has not committed (it may be
+                # frozen): the master's loop must not wait on it. Looked at again shortly.
+                log.info("schedule %s: another supervisor holds its row; later", schedule.name)
+                return False
+
+        def enqueue_tick(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction():
+                conn.execute(query("schedule_lock_timeout"))
                 last = scheduled.last_tick(conn, schedule.name)
                 if last is not None and last >= tick:
                     return True  # enqueued by another supervisor, or by this one before
@@ -100,6 +120,7 @@ class Scheduler(Service):
                 )
                 scheduled.record_job(conn, schedule.name, job_id)
             self.host.counters.schedule_jobs += 1
+            self.host.wake_queue(schedule.queue)
             log.info(
                 "schedule %s: enqueued %s job %s on queue %s for the tick at %s",
                 schedule.name,

@@ -10,17 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
 from supervisor.observability.view import MasterCounters
-from supervisor.queue import control, locks, maintenance
+from supervisor.queue import control, maintenance
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.queries import query
 from supervisor.runtime import memory, registry
-from supervisor.runtime.children import HOSTNAME, Child
+from supervisor.runtime.children import Child
 from supervisor.runtime.database import MasterDatabase
 
 if TYPE_CHECKING:
@@ -36,12 +34,15 @@ class Host(Protocol):
     config: Config
     dsn: str
     supervisor_id: str
+    host_name: str
     counters: MasterCounters
     kinds: list[str]
 
     def live_children(self) -> list[Child]: ...
 
     def kill_child(self, child: Child, reason: str) -> None: ...
+
+    def wake_queue(self, queue: str) -> None: ...
 
 
 class Service:
@@ -88,15 +89,6 @@ class LeaseRenewal(Service):
             )
 
 
-def _claim_singleton_run(
-    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
-) -> bool:
-    row = conn.execute(
-        query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
-    ).fetchone()
-    return row is not None
-
-
 class Rescuer(Service):
     """Returns jobs whose lease expired to their queue (a host that died, a partition). With
     several supervisors on one database, the advisory lock and the maintenance record make one
@@ -132,60 +124,11 @@ class Rescuer(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once per interval across every supervisor on the database, not once per host."""
-        if not _claim_singleton_run(conn, "rescue", self.host.supervisor_id, self.interval):
+        if not maintenance.claim_run(conn, "rescue", self.host.supervisor_id, self.interval):
             return False
         self.host.counters.rescuer_runs += 1
         log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
         return True
-
-
-class Purger(Service):
-    """Once a day at purge.at (local time): deletes old dead letters in bounded batches and
-    drops history partitions past their keep; creates the coming days' partitions."""
-
-    name = "purge"
-
-    def next_run(self, now: float) -> float:
-        at = self.host.config.purge.at
-        local_now = datetime.now().astimezone()
-        target = local_now.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
-        if target <= local_now:
-            target += timedelta(days=1)
-        return now + (target - local_now).total_seconds()
-
-    def run_once(self) -> None:
-        purged = self.host.db.run("purge", self._purge)
-        if purged:
-            self.host.counters.purged += purged
-            log.info(
-                "purge: deleted %d dead letters older than %s",
-                purged,
-                timedelta(seconds=self.host.config.purge.discarded_after),
-            )
-
-    def _purge(self, conn: psycopg.Connection[Any]) -> int:
-        config = self.host.config
-        if not maintenance.try_lock(conn, locks.PURGE):
-            return 0
-        try:
-            if not _claim_singleton_run(conn, "purge", self.host.supervisor_id, 3600.0):
-                return 0
-            now = datetime.now(timezone.utc)
-            purged = maintenance.purge_discarded(
-                conn,
-                now - timedelta(seconds=config.purge.discarded_after),
-                batch=config.purge.batch,
-            )
-            if config.history.enabled:
-                maintenance.ensure_history_partitions(conn)
-                dropped = maintenance.purge_history(
-                    conn, now - timedelta(seconds=config.history.keep), batch=config.purge.batch
-                )
-                if dropped:
-                    log.info("purge: dropped %d history partitions", dropped)
-            return purged
-        finally:
-            maintenance.unlock(conn, locks.PURGE)
 
 
 class MemoryWatch(Service):
@@ -236,10 +179,12 @@ class TimeoutWatch(Service):
 
 class CancelWatch(Service):
     """Stops the running jobs someone cancelled. A single-threaded child running one has its
-    process group stopped, as a timeout would (the write that ends the claim then makes the job
-    'cancelled'); a threaded child's handler is told through ``job.cancelled()``, since stopping
-    the child would stop its other threads' jobs too. A job claimed but not started yet is
-    stopped once it starts."""
+    process group stopped, as a timeout would: told which job through its board, the child ends
+    that job cancelled and exits (if it will not stop, the kill that follows ends the job through
+    the requeue, which makes a job with a cancel request 'cancelled'). A threaded child's handler
+    is told through ``job.cancelled()`` instead, since stopping the child would stop its other
+    threads' jobs too. A job claimed in a batch but not started yet is named on the board, and
+    the child ends it cancelled instead of starting it."""
 
     name = "cancel watch"
 
@@ -258,6 +203,9 @@ class CancelWatch(Service):
             if child is None or child.kill_reason:
                 continue
             if request.id not in {job.job_id for job in child.board.running_jobs()}:
+                # Claimed in a batch, not started: the child reads its board before starting a
+                # job and ends this one cancelled without running it.
+                child.board.cancel_job(request.id)
                 continue
             what = f"job {request.id} ({request.kind}) on queue {request.queue} was cancelled"
             if child.board.threads > 1:
@@ -272,6 +220,7 @@ class CancelWatch(Service):
                     )
                 continue
             self.host.counters.cancel_stops += 1
+            child.board.cancel_job(request.id)
             self.host.kill_child(child, what)
         self.told = still_told
 
@@ -288,7 +237,7 @@ class Registry(Service):
         pruned = host.db.run(
             "registry heartbeat",
             lambda conn: registry.heartbeat(
-                conn, host.supervisor_id, HOSTNAME, host.config.path, rows
+                conn, host.supervisor_id, host.host_name, host.config.path, rows
             ),
         )
         for sid, other_host, pid in pruned or []:

@@ -28,8 +28,11 @@ LOOK_EVERY = 1.0
 # Batches moved per run before the loop gets a turn (a backlog of due jobs is staged over
 # several turns, a few milliseconds each, never in one long stop).
 BATCHES_PER_RUN = 10
-# Added to the wait so the master wakes just after run_at, not a hair before it.
-EPSILON = 0.0005
+# How long to wait when a due job is locked by someone else.
+LOCKED_WAIT = 0.05
+# Added to the wait so the master wakes just after run_at, not a hair before it (the wait is
+# measured from just before the query that read it; the selector rounds up to whole ms).
+EPSILON = 0.0002
 
 
 class Stager(Service):
@@ -39,16 +42,19 @@ class Stager(Service):
         super().__init__(host, LOOK_EVERY)
         self.batch = batch
         self.wait = 0.0
+        self.measured_at = time.monotonic()
 
     def soon(self) -> None:
         """Look again in this turn of the loop: a job was scheduled that may be due first."""
         self.next_due = min(self.next_due, time.monotonic())
 
     def next_run(self, now: float) -> float:
-        return time.monotonic() + min(self.wait, self.interval)
+        # From the moment the database measured the wait, not from the start of the run.
+        return self.measured_at + min(self.wait, self.interval)
 
     def run_once(self) -> None:
         self.wait = self.interval  # when the database is down: look again later
+        self.measured_at = time.monotonic()
         result = self.host.db.run("stager", self._stage)
         if result is None:
             return
@@ -63,6 +69,8 @@ class Stager(Service):
             moved = scheduled.stage_due(conn, limit=self.batch)
             count = sum(m.jobs for m in moved)
             staged += count
+            for m in moved:
+                self.host.wake_queue(m.queue)
             if moved:
                 log.debug(
                     "stager: %d jobs now available: %s",
@@ -73,7 +81,13 @@ class Stager(Service):
                 break
         else:
             return staged, 0.0  # more are due: the next turn goes on
+        self.measured_at = time.monotonic()
         seconds = scheduled.seconds_to_next(conn)
         if seconds is None:
             return staged, self.interval
+        if seconds < -LOCKED_WAIT and not staged:
+            # Due well before this run, yet not moved: another stager has it locked (and will
+            # wake the workers), or a transaction holds the row. Look again shortly instead of
+            # spinning. (A job falling due between the two statements is simply staged next.)
+            return staged, LOCKED_WAIT
         return staged, max(0.0, seconds) + EPSILON

@@ -9,27 +9,28 @@ interval and, past a threshold, runs ``VACUUM pgq.jobs`` itself.
 
 A vacuum can take seconds, and the master's loop must not wait for it: the statement is sent on
 a connection of its own, opened for the occasion, and its socket joins the master's selector;
-the result is read when it arrives. The connection holds an advisory lock while the vacuum
-runs, so with several supervisors on one database only one of them vacuums at a time, and
-closing the connection (or its death) releases it.
+the result is read when it arrives. With several supervisors on one database, a vacuum starts
+at most once per interval across the fleet (the maintenance record, pgq.maintenance_runs); on a
+direct session the connection also holds an advisory lock while the vacuum runs, and closing it
+(or its death) releases the lock. Behind a transaction pooler no session lock can be held, and
+VACUUM (SKIP_LOCKED) itself skips a table another vacuum is working on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import selectors
 import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import pq
 
 from supervisor.config import VacuumConfig
 from supervisor.queue import locks, maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
+from supervisor.runtime.pending import PendingStatement, Readable
 from supervisor.runtime.services import Service
 
 if TYPE_CHECKING:
@@ -40,48 +41,7 @@ log = logging.getLogger("pgq.master")
 MAINTAIN_PRIVILEGE_SINCE = 170000  # PostgreSQL 17 added GRANT MAINTAIN
 
 
-class PendingStatement:
-    """One statement sent on a connection without waiting for its result.
-
-    Making one sends the statement and returns at once; whenever the connection's socket is
-    readable, ``poll`` takes in what arrived and returns True once the statement has finished
-    (``error`` then says whether it failed). Nothing here waits for the server.
-    """
-
-    def __init__(self, conn: psycopg.Connection[Any], statement: str) -> None:
-        self.conn = conn
-        self.error: str | None = None
-        self.warnings: list[str] = []
-        conn.add_notice_handler(self._notice)
-        conn.pgconn.send_query(statement.encode())
-        while conn.pgconn.flush():  # a few bytes: a full socket buffer would be a surprise
-            select.select([], [conn.pgconn.socket], [], 1.0)
-
-    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
-        if diagnostic.severity in ("WARNING", "ERROR") and diagnostic.message_primary:
-            self.warnings.append(diagnostic.message_primary)
-
-    def fileno(self) -> int:
-        return self.conn.pgconn.socket
-
-    def poll(self) -> bool:
-        pgconn = self.conn.pgconn
-        try:
-            pgconn.consume_input()
-        except psycopg.OperationalError as exc:
-            self.error = str(exc).strip() or "the connection was lost"
-            return True
-        while not pgconn.is_busy():
-            result = pgconn.get_result()
-            if result is None:
-                return True
-            if result.status == pq.ExecStatus.FATAL_ERROR:
-                message = result.error_message
-                self.error = (message.decode(errors="replace") if message else "").strip()
-        return False
-
-
-class QueueVacuum(Service):
+class QueueVacuum(Service, Readable):
     """Vacuums pgq.jobs when dead rows pile up, without blocking the master's loop."""
 
     name = "vacuum"
@@ -137,13 +97,14 @@ class QueueVacuum(Service):
                 self.host.dsn,
                 application_name="pgq-supervisor vacuum",
                 connect_timeout=config.database.connect_timeout,
+                pooled=config.database.pooled,
             )
         except DatabaseError as exc:
             log.warning("vacuum: %s; trying again in %.0fs", exc, self.interval)
             return
         try:
-            if not maintenance.try_lock(conn, locks.VACUUM):
-                conn.close()  # another supervisor is vacuuming right now
+            if not self._our_turn(conn):
+                conn.close()  # another supervisor is vacuuming, or just did
                 return
             self.pending = PendingStatement(conn, query("vacuum_jobs"))
         except psycopg.Error as exc:
@@ -156,6 +117,18 @@ class QueueVacuum(Service):
         self.fd = self.pending.fileno()
         self.selector.register(self.fd, selectors.EVENT_READ, self)
         log.debug("vacuum: started on pgq.jobs (%d dead rows)", dead_rows)
+
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once per interval across the fleet (the maintenance record). On a direct session
+        the advisory lock is also held for the whole vacuum; behind a transaction pooler no
+        session lock can be, and VACUUM (SKIP_LOCKED) itself skips a table another vacuum
+        holds."""
+        host = self.host
+        if not host.config.database.pooled and not maintenance.try_lock(conn, locks.VACUUM):
+            return False
+        return maintenance.claim_turn(
+            conn, locks.VACUUM, "vacuum", host.supervisor_id, self.interval
+        )
 
     # -- the loop's side: the result arrives ----------------------------------------------
 

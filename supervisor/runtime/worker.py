@@ -32,11 +32,18 @@ import psycopg
 
 from supervisor.queue import control, maintenance, outcomes
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.dsn import DatabaseError, connect
+from supervisor.queue.dsn import RECONNECT_ERRORS, DatabaseError, connect
 from supervisor.queue.jobs import Job
 from supervisor.runtime import memory
 from supervisor.runtime.board import Board, Counter, State
-from supervisor.runtime.execution import Executor, JobTimeout, Orphaned, Results, job_fields
+from supervisor.runtime.execution import (
+    Executor,
+    JobCancelled,
+    JobTimeout,
+    Orphaned,
+    Results,
+    job_fields,
+)
 from supervisor.runtime.exits import ChildExit
 from supervisor.runtime.proctitle import child_title, set_title
 from supervisor.runtime.weights import WeightedQueues
@@ -205,8 +212,13 @@ class Worker:
             if in_handler:
                 raise Orphaned
             return
+        if not in_handler:
+            return
+        running = self.board.running_jobs()
+        if running and self.board.cancelled_job() == running[0].job_id:
+            raise JobCancelled
         deadline = self.executor.deadline
-        if in_handler and deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             raise JobTimeout
 
     def _refresh_title(self) -> None:
@@ -255,6 +267,7 @@ class Worker:
                     self.spec.dsn,
                     application_name=f"pgq-supervisor {self.pool.name}#{self.spec.slot}",
                     connect_timeout=self.spec.config.database.connect_timeout,
+                    pooled=self.spec.config.database.pooled,
                 )
                 self._give_back_lost_claims()
                 return True
@@ -401,7 +414,7 @@ class Worker:
                     )
                 else:
                     jobs = jobs_api.read_claim(send(self.conn, queue, ())).jobs
-            except psycopg.OperationalError as exc:
+            except RECONNECT_ERRORS as exc:
                 log.warning(
                     "%s#%s: claim from queue %s failed: %s",
                     self.pool.name,
@@ -445,7 +458,7 @@ class Worker:
                     self.conn, self.board, self.pool.name, self.spec.config.history.enabled
                 )
                 return
-            except psycopg.OperationalError as exc:
+            except RECONNECT_ERRORS as exc:
                 log.warning(
                     "%s#%s: cannot record the outcome of %d jobs: %s; retrying",
                     self.pool.name,

@@ -138,3 +138,108 @@ def test_bad_kind_and_queue_names_are_refused(conn: psycopg.Connection[Any], nam
     with pytest.raises(EnqueueError):
         enqueue(conn, "k", {}, queue=name)
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("max_attempts", 2**40, "max_attempts must be at most 2147483647"),
+        ("max_attempts", 2**31, "max_attempts must be at most 2147483647"),
+        ("delay", 1e13, "more than a century"),
+        ("delay", 10**12, "more than a century"),
+        ("priority", 2**15, "outside -32768..32767"),
+    ],
+)
+def test_numbers_past_their_column_are_refused_before_sending(
+    conn: psycopg.Connection[Any], field: str, value: float, says: str
+) -> None:
+    """Before: max_attempts=2**40 and delay=1e13 reached the server, whose error aborted the
+    caller's transaction (its business write with it)."""
+    with conn.transaction():
+        conn.execute("CREATE TEMP TABLE orders (id int)")
+        conn.execute("INSERT INTO orders VALUES (1)")
+        with pytest.raises(EnqueueError, match=says):
+            enqueue(conn, "k", {}, **{field: value})
+        with pytest.raises(EnqueueError, match=says):
+            enqueue_many(conn, [NewJob("k", **{field: value})])
+        # The caller's transaction goes on: nothing was sent.
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+def test_a_literal_backslash_u0000_in_a_string_is_stored(conn: psycopg.Connection[Any]) -> None:
+    # Before: refused as a NUL, though it is six printable characters.
+    args = {"path": "C:\\u0000\\x", "odd": "\\\\u0000"}
+    job_id = enqueue(conn, "k", args)
+    assert conn.execute("SELECT args FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone() == (args,)
+    with pytest.raises(EnqueueError, match="NUL"):
+        enqueue(conn, "k", {"path": "C:\\\x00"})  # a backslash, then a real NUL
+
+
+@pytest.mark.parametrize(
+    "name", ["a\nb", "pdf\r", "x\x1b[31mred", "q\u202eevil", "tab\there", "del\x7f", "l\u2028s"]
+)
+def test_kinds_and_queues_with_control_characters_are_refused(
+    conn: psycopg.Connection[Any], name: str
+) -> None:
+    # Before: stored, and every log line naming the job printed the newline or the escape.
+    with pytest.raises(EnqueueError, match="control or format character U\\+"):
+        enqueue(conn, name, {})
+    with pytest.raises(EnqueueError, match="control or format character U\\+"):
+        enqueue(conn, "k", {}, queue=name)
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("password", ["a", "pdf", "postgres", "failed"])
+def test_a_short_or_ordinary_password_does_not_garble_logs(password: str) -> None:
+    from supervisor.queue.dsn import scrub
+
+    dsn = f"postgresql://postgres:{password}@db.example/app"
+    line = 'job 12 (pdf) on queue a: password authentication failed for user "postgres"'
+    # Before: every "a" (or "postgres") in the line became ***.
+    assert scrub(line, dsn) == line
+    assert scrub(f"cannot connect: {dsn}", dsn) == (
+        "cannot connect: postgresql://postgres:***@db.example/app"
+    )
+    assert scrub(f"password={password} host=db", dsn) == "password=*** host=db"
+
+
+def test_a_real_password_is_removed_wherever_it_stands() -> None:
+    from supervisor.queue.dsn import scrub
+
+    dsn = "postgresql://app:Kn0wn-P4ss-w0rd@db/app"
+    assert scrub("echoed Kn0wn-P4ss-w0rd back", dsn) == "echoed *** back"
+
+
+# -- no database given (issue 11, item 7) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["run", "migrate"])
+def test_no_dsn_and_no_embedded_opt_in_exits_2_naming_the_ways(tmp_path: Path, verb: str) -> None:
+    """A production host whose environment lost PGQ_DSN refuses to start: before, it started
+    an embedded PostgreSQL on an empty data folder and ran its children against it."""
+    data = tmp_path / "pg"
+    config = tmp_path / "q.yaml"
+    config.write_text(VALID + f"database: {{embedded_dir: {data}}}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PGQ_DSN"}
+    result = run_cli(config, verb, env=env, timeout=30)
+    said = result.stderr
+    assert result.returncode == 2, said + result.stdout
+    for way in ("PGQ_DSN", "--dsn", "database.dsn", "database.embedded: true", "--embedded"):
+        assert way in said, (way, said)
+    assert not data.exists()  # nothing was started, not even initdb
+
+
+def test_embedded_and_a_dsn_together_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "q.yaml"
+    config.write_text(VALID + "database: {dsn: 'postgresql://x@h/d', embedded: true}\n")
+    result = _cli(config, "check")
+    assert result.returncode == 2
+    assert "database.embedded: cannot be true with database.dsn set" in result.stderr
+
+
+def test_the_shipped_config_opts_in_to_the_embedded_server() -> None:
+    from supervisor.config import load_config
+    from tests.commands import ROOT
+
+    assert load_config(str(ROOT / "config" / "queues.yaml")).database.embedded

@@ -4,6 +4,7 @@ available; periodic schedules enqueue one job per tick. Real PostgreSQL througho
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -192,6 +193,10 @@ class _Host:
         self.db = MasterDatabase(dsn, name="test", connect_timeout=5.0)
         self.config = parse_config(yaml_text, source="q.yaml")
         self.counters = MasterCounters()
+        self.woken: list[str] = []
+
+    def wake_queue(self, queue: str) -> None:
+        self.woken.append(queue)
 
 
 SCHEDULES = """
@@ -228,6 +233,7 @@ def test_a_tick_is_enqueued_once_however_many_supervisors_run(dsn: str) -> None:
         "sync",
     )
     assert sum(h.counters.schedule_jobs for h in hosts) == 1
+    assert [q for h in hosts for q in h.woken] == ["sync"]  # the enqueuer woke its children
     for h in hosts:
         h.db.close()
 
@@ -244,3 +250,66 @@ def test_ticks_missed_while_no_supervisor_ran_are_skipped_or_run_once(dsn: str) 
         with psycopg.connect(dsn, autocommit=True) as conn:
             assert scheduled.last_tick(conn, "nightly") == three  # missed ticks stay missed
         host.db.close()
+
+
+def test_status_shows_each_schedule_s_last_and_next_tick(dsn: str) -> None:
+    from supervisor.cli import status_view
+
+    host = _Host(dsn, SCHEDULES % "skip")
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    Scheduler(host).run_at(three - timedelta(hours=1))  # type: ignore[arg-type]
+    Scheduler(host).run_at(three + timedelta(seconds=1))  # type: ignore[arg-type]
+    host.db.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (job_id,) = conn.execute("SELECT id FROM pgq.jobs").fetchone()
+        status = status_view.gather(conn, host.config, "test")
+    (row,) = status.schedules
+    assert (row.last_tick, row.last_job_id) == (three, job_id)
+    assert row.next_tick > datetime.now(UTC)
+    text = "\n".join(status_view.render(status))
+    assert "SCHEDULES" in text and "cron 0 3 * * * (UTC)" in text and str(job_id) in text
+    (shown,) = status_view.to_json(status)["schedules"]
+    assert (shown["name"], shown["last_job_id"]) == ("nightly", job_id)
+
+
+def test_the_stager_sleeps_until_the_next_run_at_and_does_not_spin_on_a_locked_job(
+    dsn: str,
+) -> None:
+    from supervisor.runtime.stager import LOCKED_WAIT, LOOK_EVERY, Stager
+
+    host = _Host(dsn, SCHEDULES % "skip")
+    stager = Stager(host)  # type: ignore[arg-type]
+    stager.run_once()
+    assert stager.wait == LOOK_EVERY  # nothing scheduled: the fallback look
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        later = enqueue(conn, "k", queue="q", delay=30)
+        stager.run_once()
+        assert 29 < stager.wait <= 30.001
+        conn.execute(
+            "UPDATE pgq.jobs SET run_at = now() - interval '1 second' WHERE id = %s", (later,)
+        )
+        with psycopg.connect(dsn) as holder:  # a transaction holding the row
+            holder.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", (later,))
+            stager.run_once()
+            assert (stager.wait, host.woken) == (LOCKED_WAIT, [])
+        stager.run_once()
+        assert host.woken == ["q"] and host.counters.staged == 1
+        assert _states(conn, [later]) == ["available"]
+    host.db.close()
+
+
+def test_a_schedule_row_held_by_a_frozen_supervisor_does_not_hang_the_master(dsn: str) -> None:
+    host = _Host(dsn, SCHEDULES % "skip")
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    Scheduler(host).run_at(three - timedelta(hours=1))  # type: ignore[arg-type]
+    scheduler = Scheduler(host)  # type: ignore[arg-type]
+    with psycopg.connect(dsn) as frozen:  # mid-tick, never committing
+        frozen.execute("SELECT 1 FROM pgq.schedules WHERE name = 'nightly' FOR UPDATE")
+        started = time.monotonic()
+        scheduler.run_at(three + timedelta(seconds=1))
+        assert time.monotonic() - started < 5  # the lock timeout, not the holder, decides
+        assert scheduler.unsettled and _scheduled_jobs(dsn) == []
+    scheduler.run_at(three + timedelta(seconds=2))  # the holder went away: the tick is owed
+    assert [row[0] for row in _scheduled_jobs(dsn)] == [three]
+    assert not scheduler.unsettled
+    host.db.close()

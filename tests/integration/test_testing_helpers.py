@@ -73,3 +73,10 @@ def test_drain_runs_due_jobs_with_the_supervisors_rules(conn: psycopg.Connection
     last_error = conn.execute("SELECT last_error FROM pgq.jobs WHERE id = %s", (flaky_id,))
     assert "attempt 1 failed" in last_error.fetchone()[0]
     assert drain(conn, {"ok": ok}).runs == []  # nothing due any more
+    # A scheduled job whose time has come is staged and run, as a supervisor's stager would.
+    conn.execute("UPDATE pgq.jobs SET run_at = now() WHERE kind = 'later'")
+    assert drain(conn, {"later": ok_later}).by_status == {"completed": 1}
+
+
+def ok_later() -> None:
+    pass

@@ -14,10 +14,14 @@ import pytest
 
 from supervisor import NewJob, claim, complete, enqueue_many
 from supervisor.config import Config, parse_config
+from supervisor.observability.exposition import render
+from supervisor.observability.families import master_families
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import locks
 from supervisor.runtime.database import MasterDatabase
-from supervisor.runtime.vacuum import PendingStatement, QueueVacuum
+from supervisor.runtime.pending import PendingStatement
+from supervisor.runtime.vacuum import QueueVacuum
+from tests.promtext import parse
 
 CONFIG = """
 handlers: {noop: tests.handlers:noop}
@@ -34,6 +38,7 @@ class Host:
     config: Config
     dsn: str
     counters: MasterCounters = field(default_factory=MasterCounters)
+    supervisor_id: str = "test-host:1:vacuum"
 
 
 def _wait_done(selector: selectors.BaseSelector, on_readable: Any, timeout: float = 30) -> None:
@@ -125,6 +130,8 @@ def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
     assert service.pending is not None
     _wait_done(selector, service.on_readable)
     assert service.host.counters.vacuums == 1
+    shown = parse(render(master_families(service.host.counters)))
+    assert shown.value("pgq_vacuums_total") == 1
     assert _stat(dsn, "vacuum_count") == before + 1
     assert _stat(dsn, "n_dead_tup") == 0
 

@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests import pgbouncer
 from tests.handlers import LEDGER
 from tests.lifecycle.harness import Supervisor
 
@@ -31,3 +32,13 @@ def supervisor(tmp_path: Path, ledger: str) -> Iterator[Callable[..., Supervisor
     yield make
     for sup in made:
         sup.kill_everything()
+
+
+@pytest.fixture(scope="session")
+def bouncer_port(pg_server: str) -> Iterator[int]:
+    """A PgBouncer in transaction mode in front of the test server (any test database is
+    reachable through it by name); its port."""
+    if not pgbouncer.available():
+        pytest.skip(f"pgbouncer is not installed ({pgbouncer.BINARY}); apt-get install pgbouncer")
+    with pgbouncer.pgbouncer(pg_server) as port:
+        yield port

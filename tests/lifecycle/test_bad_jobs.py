@@ -118,7 +118,9 @@ def test_a_newer_kind_waits_for_the_deploy_that_knows_it(
     wait_for(
         lambda: query(
             ledger,
-            "SELECT 1 FROM pgq.jobs WHERE id = %s AND attempts >= 1 AND state = 'available'",
+            # Waiting for its retry: scheduled during the backoff, available once it is over.
+            "SELECT 1 FROM pgq.jobs WHERE id = %s AND attempts >= 1 "
+            "AND state IN ('scheduled', 'available')",
             (job_id,),
         ),
         60,

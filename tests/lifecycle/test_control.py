@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from supervisor import cancel, enqueue
+from supervisor import NewJob, cancel, enqueue, enqueue_many
 from tests.commands import run_cli
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 
@@ -74,11 +74,45 @@ def test_a_running_job_cancelled_from_the_command_line_stops_and_is_not_retried(
     wait_for(lambda: _events(ledger, marker), what="the next job to run")
     assert [event for event, _ in _events(ledger, job_id)] == ["started"]
     assert f"job {job_id} (sleep) on queue default was cancelled" in sup.log()
+    # The child ended the job itself when the master's TERM came: no SIGKILL was needed.
+    last_error = scalar(ledger, "SELECT last_error FROM pgq.jobs WHERE id = %s", (job_id,))
+    assert last_error == "cancelled while running; the worker stopped it"
+    assert "did not stop within" not in sup.log()
 
     again = run_cli(sup.config, "jobs", "cancel", str(job_id), "999999", env=sup.env)
     assert again.returncode == 1
     assert f"already finished, left as they are: {job_id} (cancelled)" in again.stderr
     assert "no job 999999" in again.stderr
+    assert sup.stop() == 0
+
+
+BATCHED = """
+handlers:
+  sleep: tests.handlers:sleep
+pools:
+  main: {processes: 1, batch: 2, queues: {default: 1}}
+shutdown_timeout: 10s
+"""
+
+
+def test_a_claimed_job_cancelled_before_its_turn_never_starts(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        first, second = enqueue_many(
+            conn, [NewJob("sleep", {"seconds": 3}), NewJob("sleep", {"seconds": 60})]
+        )
+    sup = supervisor(BATCHED).start()
+    wait_for(lambda: _events(ledger, first), what="the first job of the batch to start")
+    assert _state(ledger, second) == "running"  # claimed with it, waiting for its turn
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        assert cancel(conn, second).requested == [second]
+    wait_for(lambda: _state(ledger, second) == "cancelled", timeout=15, what="cancelled")
+    # It never ran, its attempt was given back, and the child was not stopped for it.
+    assert _events(ledger, second) == []
+    assert scalar(ledger, "SELECT attempts FROM pgq.jobs WHERE id = %s", (second,)) == 0
+    assert [e for e, _ in _events(ledger, first)] == ["started", "finished"]
+    assert sup.log().count("spawned main#1") == 1
     assert sup.stop() == 0
 
 

@@ -19,6 +19,7 @@ from supervisor.embedded.server import EmbeddedPostgres, available
 from supervisor.queue.queries import query as named_query
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
+from tests.lifecycle.test_metrics import free_port, scrape
 
 needs_embedded = pytest.mark.skipif(not available(), reason="needs the embedded PostgreSQL")
 
@@ -144,6 +145,52 @@ def test_database_lost_mid_run_loses_nothing_and_recovers(
     assert sup.stop() == 0
 
 
+def _sessions(dsn: str) -> dict[str, int]:
+    """application_name -> backend pid of the supervisor's sessions."""
+    return dict(
+        query(
+            dsn,
+            "SELECT application_name, pid FROM pg_stat_activity"
+            " WHERE application_name IN ('pgq-supervisor master', 'pgq-supervisor main#1')",
+        )
+    )
+
+
+def _read_only(dsn: str, on: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SET default_transaction_read_only = off")  # this session may still write
+        if on:
+            admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        else:
+            admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
+        admin.execute("SELECT pg_reload_conf()")
+
+
+@needs_embedded
+def test_a_server_turned_read_only_makes_master_and_child_reconnect(
+    server: EmbeddedPostgres, own_supervisor: Callable[..., Supervisor]
+) -> None:
+    """As after a failover that demoted the server: every write is refused (SQLSTATE 25006).
+    Before: the child retried its claim and the master its heartbeat on the same sessions for
+    good, so a multi-host DSN never got the chance to reach the new primary."""
+    sup = own_supervisor(RECORD.replace("processes: 2", "processes: 1")).start()
+    first = wait_for(lambda: len(s := _sessions(server.dsn)) == 2 and s, 30, what="sessions")
+    _read_only(server.dsn, True)
+    try:
+        wait_for(
+            lambda: all(_sessions(server.dsn).get(name, pid) != pid for name, pid in first.items()),
+            30,
+            what=f"new sessions for {sorted(first)}\n{sup.log()}",
+        )
+    finally:
+        _read_only(server.dsn, False)
+    ids = _enqueue(server.dsn, [NewJob("record") for _ in range(10)])
+    wait_for(lambda: scalar(server.dsn, "SELECT count(*) FROM pgq.jobs") == 0, 60, what="drain")
+    ran = dict(query(server.dsn, "SELECT job_id, count(*) FROM test_ledger GROUP BY job_id"))
+    assert sorted(ran) == sorted(ids)
+    assert sup.stop() == 0
+
+
 # -- handlers that hang, crash, or eat memory ----------------------------------------------------
 
 
@@ -178,8 +225,10 @@ def test_hanging_handler_is_stopped_retried_then_discarded(
     supervisor: Callable[..., Supervisor], ledger: str, kind: str, args: dict[str, Any]
 ) -> None:
     (job_id,) = _enqueue(ledger, [NewJob(kind, args)])
-    sup = supervisor(HANGS).start()
+    port = free_port()
+    sup = supervisor(HANGS + f"metrics: {{port: {port}}}\n").start()
     attempts, last_error = _discarded(ledger, job_id, timeout=60)
+    assert scrape(port).value("pgq_job_timeouts_total") == 2
     assert attempts == 2
     assert "timeout of 1s" in last_error or "timed out after 1s" in last_error, last_error
     runs = _events(ledger, job_id, "started")
@@ -260,21 +309,25 @@ def test_memory_hog_is_killed_at_the_hard_limit_and_retried(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:
     (job_id,) = _enqueue(ledger, [NewJob("hog", {"megabytes": 160})])
-    sup = supervisor("""
+    port = free_port()
+    sup = supervisor(f"""
+        metrics: {{port: {port}}}
         handlers:
           hog: tests.handlers:hog
         pools:
           main:
             processes: 1
             memory_hard_limit: 96MiB
-            queues: {default: 1}
+            queues: {{default: 1}}
         jobs:
-          hog: {max_attempts: 2}
+          hog: {{max_attempts: 2}}
     """).start()
     attempts, last_error = _discarded(ledger, job_id, timeout=90)
     assert attempts == 2
     assert "above the hard limit of 96 MiB" in last_error
     assert [a for a, _ in _events(ledger, job_id, "started")] == [1, 2]
+    assert scrape(port).value("pgq_hard_memory_kills_total") == 2
+    assert scrape(port).value("pgq_child_recycles_total", pool="main", kind="hard") == 2
     assert sup.stop() == 0
 
 

@@ -135,6 +135,14 @@ def test_counters_match_what_the_database_says_happened(
     exposition = scrape(port)
     for state in ("available", "scheduled", "running"):
         assert exposition.value("pgq_queue_jobs", queue="default", state=state) == 0
+    # Each retry waited as scheduled until this master's stager made it available.
+    assert exposition.value("pgq_staged_jobs_total") == k
+    _enqueue(ledger, [NewJob("record", delay=3600)])
+    wait_for(
+        lambda: scrape(port).get("pgq_queue_jobs", queue="default", state="scheduled") == 1,
+        15,
+        what="the scheduled job counted",
+    )
     assert get(port, "/livez") == (200, "ok\n")
     assert get(port, "/readyz") == (200, "ready\n")
     assert sup.stop() == 0

@@ -219,8 +219,11 @@ def test_idle_children_wake_within_milliseconds_of_the_commit(
         pools:
           main: {processes: 2, queues: {default: 1}, poll_interval: 10s}
     """).start()
-    sup.wait_children(2)
-    time.sleep(1.0)  # let both children settle into their idle wait
+    children = sup.wait_children(2)
+    # Both children in their idle wait (their titles say so; refreshed every second).
+    wait_for(
+        lambda: all(" idle" in " ".join(c.cmdline()) for c in children), 15, what="idle children"
+    )
     latencies = []
     with psycopg.connect(ledger, autocommit=True) as conn:
         for _ in range(10):
@@ -289,7 +292,12 @@ def test_two_supervisors_share_the_work_and_one_rescuer(
     wait_for(
         lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 0, timeout=60, what="all done"
     )
-    time.sleep(4)  # a few more rescue intervals with both running
+    # A few more rescue intervals with both running.
+    wait_for(
+        lambda: len(_rescue_times(first.log()) + _rescue_times(second.log())) >= 4,
+        30,
+        what="four rescuer passes",
+    )
     assert first.stop() == 0 and second.stop() == 0
     runs = query(
         ledger, "SELECT job_id, count(*) FROM test_ledger WHERE event = 'finished' GROUP BY job_id"

@@ -104,3 +104,15 @@ def test_two_supervisors_enqueue_one_job_per_tick_also_when_one_is_killed(
     assert scalar(ledger, "SELECT count(*) FROM pgq.schedules") == 1
     assert "schedule tick: enqueued record job" in first.log() + second.log()
     second.stop()
+
+
+def test_a_reload_picks_up_a_new_schedule(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor(SLOW_POLL).start()
+    sup.wait_children(1)
+    sup.config.write_text(SLOW_POLL + "schedules:\n  added: {every: 1s, kind: record}\n")
+    sup.send(signal.SIGHUP)
+    # First seen at the reload, then one job per second.
+    wait_for(lambda: len(_ticks_run(ledger)) >= 2, timeout=15, what="the new schedule's jobs")
+    sup.stop()

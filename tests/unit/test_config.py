@@ -157,7 +157,7 @@ def test_full_config_parses_to_the_expected_dataclasses() -> None:
 
 def test_minimal_config_gets_the_documented_defaults() -> None:
     config = parse(MINIMAL)
-    assert config.database == DatabaseConfig(None, ".pgq", True, 5.0)
+    assert config.database == DatabaseConfig(None, False, ".pgq", True, 5.0)
     assert config.pools == {"pdf": PoolConfig("pdf", {"pdf": 1}, 1, 1, 1, None, None, None, 1.0)}
     assert config.jobs == {}
     assert config.shutdown_timeout == 30.0
@@ -446,3 +446,31 @@ def test_load_config_reads_os_environ_by_default(
     path = tmp_path / "queues.yaml"
     path.write_text(MINIMAL + "    processes: ${PGQ_TEST_PROCESSES}\n", encoding="utf-8")
     assert load_config(path).pools["pdf"].processes == 7
+
+
+def test_host_identity_from_the_yaml_and_pgq_host_which_wins() -> None:
+    assert parse(MINIMAL).host is None  # the machine's host name
+    assert parse(with_minimal("host: web-1\n")).host == "web-1"
+    assert parse(with_minimal("host: web-1\n"), env={"PGQ_HOST": "web-1-b"}).host == "web-1-b"
+    issue = only_issue(with_minimal("host: 'web:1'\n"))
+    assert (issue.path, issue.message) == (
+        "host",
+        "must be 1-64 letters, digits, '.', '_' or '-', got 'web:1'",
+    )
+    issue = only_issue(MINIMAL, env={"PGQ_HOST": "a b"})
+    assert issue.path == "host" and issue.message.startswith("PGQ_HOST must be 1-64")
+
+
+def test_transaction_pooler_and_listen_dsn() -> None:
+    direct = "postgresql://app@db/app"
+    pooled = parse(with_minimal("database: {pooler: transaction}\n")).database
+    assert pooled.pooled and pooled.wakeup_dsn("postgresql://app@bouncer/app") is None
+    listening = parse(
+        with_minimal(f"database: {{pooler: transaction, listen_dsn: '{direct}'}}\n")
+    ).database
+    assert listening.pooled and listening.wakeup_dsn("postgresql://app@bouncer/app") == direct
+    plain = parse(MINIMAL).database
+    assert not plain.pooled and plain.wakeup_dsn(direct) == direct
+    assert not parse(with_minimal("database: {pooler: session}\n")).database.pooled
+    issue = only_issue(with_minimal("database: {pooler: statement}\n"))
+    assert issue.path == "database.pooler"

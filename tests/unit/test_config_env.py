@@ -56,7 +56,9 @@ def test_defaults_apply_when_unset_or_empty() -> None:
 
 def test_a_set_but_empty_variable_without_default_is_empty_text() -> None:
     issue = only_issue("database:\n  dsn: ${DATABASE_URL}\n", {"DATABASE_URL": ""})
-    assert issue.message == "is empty; remove the key to run on the embedded server"
+    assert issue.message == (
+        "is empty (an unset variable?); give a connection string or remove the key"
+    )
 
 
 def test_double_dollar_is_a_literal_dollar() -> None:

@@ -416,7 +416,10 @@ def test_log_choices() -> None:
 
 
 def test_database_dsn_must_not_be_empty() -> None:
-    expected = ("database.dsn", "is empty; remove the key to run on the embedded server")
+    expected = (
+        "database.dsn",
+        ("is empty (an unset variable?); give a connection string or remove the key"),
+    )
     assert problem(with_pool("database: {dsn: ''}\n")) == expected
     assert problem(with_pool("database: {dsn: }\n")) == expected
 

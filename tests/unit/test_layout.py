@@ -26,6 +26,8 @@ MASTER = (
     "supervisor.runtime.services",
     "supervisor.runtime.metrics_feed",
     "supervisor.runtime.vacuum",
+    "supervisor.runtime.stager",
+    "supervisor.runtime.scheduler",
     "supervisor.runtime.database",
     "supervisor.runtime.registry",
 )
@@ -158,6 +160,14 @@ def test_a_child_imports_nothing_of_the_master(package: dict[str, set[str]]) -> 
 def test_the_metrics_read_a_view_not_the_master(package: dict[str, set[str]]) -> None:
     observability = [name for name in package if within(name, "supervisor.observability")]
     assert reachable(package, observability) & set(MASTER) == set()
+
+
+def test_the_dashboard_reads_the_database_not_the_processes(package: dict[str, set[str]]) -> None:
+    # The web dashboard is a separate process: what it knows of supervisors and children comes
+    # from the registry in the database, never from the master's or the child's code.
+    web = [name for name in package if within(name, "supervisor.web")]
+    assert web, "the dashboard moved: update this test"
+    assert reachable(package, web) & {*MASTER, *CHILD} == set()
 
 
 def test_the_walls_would_be_seen(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ from supervisor.observability.families import QueueSnapshot
 from supervisor.observability.metrics import MetricsError, MetricsServer
 from supervisor.observability.view import MasterCounters, MasterView
 from supervisor.queue.maintenance import QueueStats
-from supervisor.runtime import metrics_feed
 from supervisor.runtime.board import Board, Counter, State
 from supervisor.runtime.children import Child, Slot
 from supervisor.runtime.master import Master, PoolRuntime
@@ -139,7 +138,10 @@ def test_queue_figures_come_from_the_snapshot(server: MetricsServer) -> None:
     server.attach(view_of(master), selectors.DefaultSelector())
     assert scrape(server).series("pgq_queue_jobs") == {}  # unknown is not zero
     server.snapshot = QueueSnapshot(
-        [QueueStats("pdf", 4, 1, 2, 3, 12.5), QueueStats("gone", 0, 0, 0, 1, 0.0)],
+        [
+            QueueStats("pdf", 4, 1, 2, 3, 12.5, cancelled=5, paused=True),
+            QueueStats("gone", 0, 0, 0, 1, 0.0),
+        ],
         time.monotonic() - 2,
     )
     exposition = scrape(server)
@@ -147,6 +149,9 @@ def test_queue_figures_come_from_the_snapshot(server: MetricsServer) -> None:
     assert exposition.value("pgq_queue_jobs", queue="pdf", state="scheduled") == 1
     assert exposition.value("pgq_queue_jobs", queue="pdf", state="running") == 2
     assert exposition.value("pgq_queue_jobs", queue="pdf", state="discarded") == 3
+    assert exposition.value("pgq_queue_jobs", queue="pdf", state="cancelled") == 5
+    assert exposition.value("pgq_queue_paused", queue="pdf") == 1
+    assert exposition.value("pgq_queue_paused", queue="gone") == 0
     assert exposition.value("pgq_queue_oldest_ready_age_seconds", queue="pdf") == 12.5
     assert exposition.value("pgq_queue_jobs", queue="gone", state="discarded") == 1
     # A configured queue with no jobs at all reports zeros instead of vanishing.
@@ -173,25 +178,6 @@ def test_readiness_says_why_not(server: MetricsServer) -> None:
     master.db.reachable, master.stopping = True, True
     server.snapshot = QueueSnapshot([], time.monotonic())
     assert server.not_ready() == ["stopping"]
-
-
-def test_a_slow_queue_stats_refresh_runs_less_often(server: MetricsServer) -> None:
-    def slow(what: str, fn: Any) -> list[QueueStats]:
-        time.sleep(0.4)
-        return [QueueStats("pdf", 1, 0, 0, 0, 1.0)]
-
-    host: Any = SimpleNamespace(db=SimpleNamespace(run=slow))
-    refresh = metrics_feed.QueueStatsRefresh(host, server)
-    assert refresh.interval == metrics_feed.STATS_INTERVAL
-    refresh.run_once()
-    assert server.snapshot is not None and server.snapshot.queues[0].queue == "pdf"
-    # 0.4s is 5% of 8s: the master's loop is never held longer than that share.
-    assert 8.0 <= refresh.interval < 9.0
-    assert server.stats_interval == refresh.interval
-    taken = server.snapshot
-    host.db.run = lambda what, fn: None  # the database went away: keep what we had
-    refresh.run_once()
-    assert server.snapshot is taken
 
 
 def test_a_port_in_use_is_a_clear_error() -> None:
@@ -312,7 +298,7 @@ def test_silent_clients_are_dropped_and_never_block_the_loop(
     try:
         started = time.monotonic()
         assert get(server, "/livez")[0] == 200
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.0  # generous: the real figure is a benchmark's
         assert len(server.connections) <= 4
         # Every silent connection is closed: pushed out by newer ones, or timed out.
         for sock in [*silent, half]:
@@ -331,12 +317,16 @@ def test_a_client_that_does_not_read_its_response_does_not_block(
     monkeypatch.setattr(server, "exposition", lambda: big)
     with socket.create_connection(server.address, timeout=5) as lazy:
         lazy.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-        time.sleep(0.3)  # not reading yet: the response is still pending on the server's side
+        # Not reading yet: wait until the response is pending on the server's side.
+        deadline = time.monotonic() + 10
+        while not any(c.outgoing for c in list(server.connections.values())):
+            assert time.monotonic() < deadline, "the server never started answering"
+            time.sleep(0.01)
         assert server.filenos() == [server.listener.fileno(), lazy_fd(server)]  # type: ignore[union-attr]
         assert get(server, "/livez")[0] == 200
         response = read_all(lazy)
     assert response.endswith(b"\r\n\r\n" + big.encode())
-    assert loop.longest_turn < 0.5
+    assert loop.longest_turn < 2.0  # a 64 MiB write in one go would take far longer here
 
 
 def lazy_fd(server: MetricsServer) -> int:

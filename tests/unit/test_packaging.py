@@ -47,6 +47,10 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     assert "supervisor/sql/queries.sql" in names
     assert "supervisor/sql/migrations/0005_control.sql" in names
     assert "supervisor/testing.py" in names
+    # The dashboard's SQL, templates and vendored htmx (a page without them renders nothing).
+    assert "supervisor/sql/dashboard.sql" in names
+    assert "supervisor/web/templates/overview.html" in names
+    assert "supervisor/web/static/htmx.min.js" in names
     dist_info = f"pgq_supervisor-{supervisor.__version__}.dist-info"
     assert any(n.startswith(f"{dist_info}/licenses/LICENSE") for n in names)
     metadata = wheel.read(f"{dist_info}/METADATA").decode()

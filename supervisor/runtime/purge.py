@@ -1,0 +1,216 @@
+"""The nightly purge, in slices: one bounded step per turn of the master's loop.
+
+At ``purge.at`` (local time) one supervisor of those sharing the database deletes dead letters
+older than ``purge.discarded_after``, keeps the coming days' history partitions made, drops the
+partitions past ``history.keep`` and trims the default partition. Ten million dead letters take
+minutes to delete; done in one go they would hold the loop that renews leases, reaps children
+and answers signals and /livez. So the purge is a run that advances one step per turn: a slice
+sized to take about ``SLICE_SECONDS``, then back to the loop. A partition the completions keep
+busy (DROP needs an exclusive lock on the history table) is tried again later, not waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+
+from supervisor.queue import locks, maintenance
+from supervisor.runtime.services import Host, Service
+
+log = logging.getLogger("pgq.master")
+
+# How long one slice should take; the slice size follows what the last one took.
+SLICE_SECONDS = 0.01
+MIN_SLICE = 100
+# A busy partition is tried again after this long, this many times, then left for tomorrow.
+DROP_RETRY_AFTER = 30.0
+DROP_TRIES = 20
+# How long the log of singleton maintenance runs (pgq.maintenance_runs) is kept.
+MAINTENANCE_LOG_KEEP = timedelta(days=7)
+# After a failed step (database down, a timeout), the run waits this long before going on.
+STEP_RETRY_AFTER = 5.0
+
+
+class PurgeRun:
+    """One night's purge, as a sequence of steps; ``step`` does one and says when to do the
+    next (None: finished)."""
+
+    def __init__(self, host: Host) -> None:
+        config = host.config
+        now = datetime.now(timezone.utc)
+        self.host = host
+        self.dead_before = now - timedelta(seconds=config.purge.discarded_after)
+        self.history_before = now - timedelta(seconds=config.history.keep)
+        self.most = config.purge.batch
+        self.limit = min(self.most, 1000)
+        self.limit_used = self.limit
+        self.purged = 0
+        self.dropped = 0
+        self.drop_tries = 0
+        self.started = time.monotonic()
+        self.stages: list[Callable[[], float | None]] = [self._dead_letters, self._runs_log]
+        if config.history.enabled:
+            self.stages += [self._partitions_ahead, self._old_partitions, self._history_default]
+
+    def step(self) -> float | None:
+        """Run the current stage once; returns the pause before the next step, None when done.
+        One stage call per turn, even when a stage ends: the next may wait on a lock."""
+        if not self.stages:
+            return None
+        pause = self.stages[0]()
+        if pause is not None:
+            return pause
+        self.stages.pop(0)
+        return 0.0 if self.stages else None
+
+    # -- stages: each returns a pause to come back after, or None when it has finished --------
+
+    def _dead_letters(self) -> float | None:
+        return self._sliced(
+            "purge of dead letters",
+            lambda conn, limit: maintenance.purge_discarded_slice(
+                conn, self.dead_before, limit=limit
+            ),
+            counted=True,
+        )
+
+    def _runs_log(self) -> float | None:
+        # A day's rows of pgq.maintenance_runs (a few per minute across the fleet): one DELETE.
+        before = datetime.now(timezone.utc) - MAINTENANCE_LOG_KEEP
+        self.host.db.run(
+            "trim of the maintenance log",
+            lambda conn: maintenance.forget_maintenance_runs(conn, before),
+        )
+        return None
+
+    def _partitions_ahead(self) -> float | None:
+        # Not worth waiting for: they were made days ahead, and rows of a day without one land
+        # in the default partition until the next try moves them.
+        self.host.db.run("history partitions", maintenance.ensure_history_partitions)
+        return None
+
+    def _old_partitions(self) -> float | None:
+        dropped = self.host.db.run("drop of a history partition", self._drop_one)
+        if dropped is None:
+            return STEP_RETRY_AFTER
+        if dropped > 0:
+            self.dropped += dropped
+            return 0.0
+        if dropped == 0:
+            return None
+        self.drop_tries += 1
+        if self.drop_tries >= DROP_TRIES:
+            log.warning(
+                "purge: pgq.job_history stayed busy (%d tries over %.0fs); old partitions are "
+                "left for the next purge",
+                self.drop_tries,
+                self.drop_tries * DROP_RETRY_AFTER,
+            )
+            return None
+        log.info(
+            "purge: pgq.job_history is busy; dropping its old partitions again in %.0fs",
+            DROP_RETRY_AFTER,
+        )
+        return DROP_RETRY_AFTER
+
+    def _drop_one(self, conn: psycopg.Connection[Any]) -> int:
+        """1 dropped, 0 none left, -1 the table was busy (its lock timeout ran out)."""
+        try:
+            return maintenance.drop_history_partition(conn, self.history_before)
+        except psycopg.errors.LockNotAvailable:
+            return -1
+
+    def _history_default(self) -> float | None:
+        return self._sliced(
+            "purge of old history",
+            lambda conn, limit: maintenance.purge_history_default_slice(
+                conn, self.history_before, limit=limit
+            ),
+        )
+
+    def _sliced(
+        self,
+        what: str,
+        delete: Callable[[psycopg.Connection[Any], int], int],
+        *,
+        counted: bool = False,
+    ) -> float | None:
+        """One slice of a stage that deletes rows: again at the next turn while slices come
+        back full, done when one comes back short."""
+        deleted = self._slice(what, delete)
+        if deleted is None:
+            return STEP_RETRY_AFTER
+        if counted:  # dead letters, shown as pgq_purged_jobs_total as they go
+            self.purged += deleted
+            self.host.counters.purged += deleted
+        return 0.0 if deleted >= self.limit_used else None
+
+    def _slice(
+        self, what: str, delete: Callable[[psycopg.Connection[Any], int], int]
+    ) -> int | None:
+        """One DELETE of at most ``self.limit`` rows; the next limit is scaled so a slice takes
+        about SLICE_SECONDS (between MIN_SLICE and purge.batch rows). It shrinks at once after
+        a slow slice but grows by half at most after a fast one: one slice that found
+        everything cached must not make the next one five times as long."""
+        self.limit_used = limit = self.limit
+        started = time.monotonic()
+        deleted = self.host.db.run(what, lambda conn: delete(conn, limit))
+        took = max(time.monotonic() - started, 1e-4)
+        if deleted is not None and deleted >= limit:
+            scaled = min(limit * SLICE_SECONDS / took, limit * 1.5)
+            self.limit = max(MIN_SLICE, min(self.most, int(scaled)))
+        return deleted
+
+
+class Purger(Service):
+    """Starts a purge run once a day at purge.at, then advances it one step per turn."""
+
+    name = "purge"
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host, 86400.0)
+        self.current: PurgeRun | None = None
+        self.pause = 0.0
+        self.next_due = self.next_run(time.monotonic())  # at purge.at, not at start
+
+    @property
+    def running(self) -> bool:
+        return self.current is not None
+
+    def next_run(self, now: float) -> float:
+        if self.current is not None:
+            return now + self.pause
+        at = self.host.config.purge.at
+        local_now = datetime.now().astimezone()
+        target = local_now.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
+        if target <= local_now:
+            target += timedelta(days=1)
+        return now + (target - local_now).total_seconds()
+
+    def run_once(self) -> None:
+        if self.current is None:
+            if not self.host.db.run("purge", self._our_turn):
+                return
+            self.current = PurgeRun(self.host)
+        pause = self.current.step()
+        if pause is not None:
+            self.pause = pause
+            return
+        run, self.current = self.current, None
+        log.info(
+            "purge: deleted %d dead letters older than %s and dropped %d history partitions "
+            "in %.1fs",
+            run.purged,
+            timedelta(seconds=self.host.config.purge.discarded_after),
+            run.dropped,
+            time.monotonic() - run.started,
+        )
+
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once a day across every supervisor on the database: the first to record the run."""
+        return maintenance.claim_turn(conn, locks.PURGE, "purge", self.host.supervisor_id, 3600.0)

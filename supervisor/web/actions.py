@@ -1,0 +1,125 @@
+"""What the dashboard's buttons do: the library's own functions, each in one transaction.
+
+The queue library (supervisor.queue) is synchronous, and an action is rare: each one runs on a
+short-lived connection in a worker thread, so the pages' async pool is never held by a write
+and the event loop never blocks. Every action returns the sentence the page shows afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import psycopg
+from starlette.concurrency import run_in_threadpool
+
+from supervisor.cli.session import server_clock
+from supervisor.cli.tables import age, clock_time, listing
+from supervisor.queue import control, maintenance
+from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
+
+T = TypeVar("T")
+
+
+class ActionError(Exception):
+    """An action that could not be done, with the reason in words for the page."""
+
+
+class Actions:
+    def __init__(self, conninfo: str, *, history: bool = False) -> None:
+        self._conninfo = conninfo
+        # Whether a cancel writes pgq.job_history, as the supervisor's own outcomes do.
+        self._history = history
+
+    async def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        def work() -> T:
+            try:
+                with (
+                    connect(self._conninfo, application_name="pgq-supervisor web") as conn,
+                    conn.transaction(),
+                ):
+                    return fn(conn)
+            except DatabaseError as exc:
+                raise ActionError(str(exc)) from None
+            except psycopg.Error as exc:
+                detail = scrub(str(exc).strip(), self._conninfo).replace("\n", " ")
+                raise ActionError(f"{describe(self._conninfo)}: {detail}") from None
+
+        return await run_in_threadpool(work)
+
+    async def replay(
+        self, which: maintenance.ReplayFilter, *, older_than: float | None = None
+    ) -> str:
+        def replay(conn: psycopg.Connection[Any]) -> maintenance.Replayed:
+            if older_than is None:
+                return maintenance.replay(conn, which)
+            # The cutoff is on the server's clock, like `dlq replay --older-than`.
+            cutoff = server_clock(conn) - timedelta(seconds=older_than)
+            return maintenance.replay(conn, replace(which, finished_before=cutoff))
+
+        done = await self._run(replay)
+        said = []
+        if done.jobs:
+            queues = sorted({queue for _, queue in done.jobs})
+            said.append(
+                f"replayed {_jobs(len(done.jobs))} ({listing(done.ids)}) into "
+                f"{', '.join(queues)}: attempts reset, due now"
+            )
+        for job_id, key in done.held:
+            said.append(
+                f"job {job_id} stays dead: its unique key {key!r} is held by a waiting or "
+                "running job"
+            )
+        return "; ".join(said) or "nothing to replay: no dead letter matched"
+
+    async def purge(self, older_than: float, kind: str | None, queue: str | None) -> str:
+        def purge(conn: psycopg.Connection[Any]) -> int:
+            # The cutoff is on the server's clock, like `dlq purge --older-than`.
+            cutoff = server_clock(conn) - timedelta(seconds=older_than)
+            return maintenance.purge_discarded(conn, cutoff, kind=kind, queue=queue)
+
+        deleted = await self._run(purge)
+        narrowed = "".join(
+            f" {label} {value}"
+            for label, value in (("of kind", kind), ("in queue", queue))
+            if value
+        )
+        return f"purged {_jobs(deleted)}{narrowed} older than {age(older_than)}"
+
+    async def cancel(self, job_id: int) -> str:
+        done = await self._run(lambda conn: control.cancel(conn, job_id, history=self._history))
+        if done.cancelled:
+            return f"cancelled job {job_id}: it will not run"
+        if done.requested:
+            return (
+                f"asked the supervisor running job {job_id} to stop it; it ends cancelled "
+                "within about a second"
+            )
+        if done.finished:
+            return f"job {job_id} was not cancelled: it had already ended {done.finished[job_id]}"
+        return f"job {job_id} was not cancelled: there is no such job (completed or purged)"
+
+    async def retry_now(self, job_id: int) -> str:
+        done = await self._run(lambda conn: control.retry_now(conn, job_id))
+        if done is None:
+            return f"job {job_id} was not waiting (running, finished or gone): nothing to do"
+        return (
+            f"job {job_id} is due now in queue {done.queue} (it was {done.previous_state}, "
+            f"due {clock_time(done.previous_run_at)})"
+        )
+
+    async def pause(self, queue: str) -> str:
+        if await self._run(lambda conn: control.pause_queue(conn, queue)):
+            return f"paused queue {queue}: no host claims from it until it is resumed"
+        return f"queue {queue} was paused already"
+
+    async def resume(self, queue: str) -> str:
+        if await self._run(lambda conn: control.resume_queue(conn, queue)):
+            return f"resumed queue {queue}: its workers were woken"
+        return f"queue {queue} was not paused"
+
+
+def _jobs(n: int) -> str:
+    return "1 dead letter" if n == 1 else f"{n} dead letters"

@@ -1,0 +1,97 @@
+"""The dashboard as an ASGI application: ``create_app(dsn=...)`` or ``create_app(pool=...)``.
+
+Starlette routes, Jinja2 templates, psycopg-pool's AsyncConnectionPool for the pages' reads and
+htmx (vendored in static/) to refresh each page's figures in place. Stable URLs: ``/`` the
+overview, ``/queues/NAME`` a queue's jobs, ``/jobs/ID`` a job (dead letters included),
+``/dead`` the dead letters, ``/workers`` every supervisor and child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from supervisor.config import Config
+from supervisor.queue.dsn import describe
+from supervisor.web import controls, pages
+from supervisor.web.actions import Actions
+from supervisor.web.reads import dashboard_query
+from supervisor.web.security import AuthMiddleware, Credentials, CsrfCookieMiddleware
+from supervisor.web.site import Site, templates
+from supervisor.web.throughput import Throughput
+
+HERE = Path(__file__).resolve().parent
+PAGE_WAIT = 5.0
+
+
+def create_app(
+    dsn: str | None = None,
+    *,
+    pool: AsyncConnectionPool[Any] | None = None,
+    config: Config | None = None,
+    credentials: Credentials | None = None,
+) -> Starlette:
+    """The dashboard for the database at ``dsn`` (the app opens and closes its own pool), or on
+    the caller's ``pool`` (opened and closed by the caller). ``config`` (the supervisor's YAML)
+    adds the pools, their weights and shares, and the queues no pool serves. ``credentials``
+    default to the environment (PGQ_WEB_USER / PGQ_WEB_PASSWORD, PGQ_WEB_TOKEN)."""
+    if (dsn is None) == (pool is None):
+        raise ValueError("create_app needs a dsn or a pool (exactly one)")
+    own_pool = pool is None
+    if pool is None:
+        assert dsn is not None
+        pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=4,
+            open=False,
+            # A page waits this long for a connection, then says the database does not answer
+            # (the pool keeps reconnecting in the background).
+            timeout=PAGE_WAIT,
+            kwargs={"autocommit": True, "application_name": "pgq-supervisor web"},
+            name="pgq-web",
+        )
+    conninfo = pool.conninfo
+    site = Site(
+        pool=pool,
+        config=config,
+        database=describe(conninfo),
+        actions=Actions(conninfo, history=bool(config and config.history.enabled)),
+        templates=templates(HERE / "templates"),
+        throughput=Throughput(dashboard_query("web_throughput_since")),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if own_pool:
+            await site.pool.open(wait=False)
+        try:
+            yield
+        finally:
+            if own_pool:
+                await site.pool.close()
+
+    app = Starlette(
+        routes=[
+            # Actions first: /queues/NAME/pause must not be read as the page of "NAME/pause".
+            *controls.routes(site),
+            *pages.routes(site),
+            Mount("/static", StaticFiles(directory=HERE / "static")),
+        ],
+        middleware=[
+            Middleware(AuthMiddleware, credentials=credentials or Credentials.from_env()),
+            Middleware(CsrfCookieMiddleware),
+        ],
+        lifespan=lifespan,
+        exception_handlers=pages.exception_handlers(site),
+    )
+    app.state.site = site
+    return app

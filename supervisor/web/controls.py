@@ -1,0 +1,183 @@
+"""The dashboard's actions: a confirmation page (GET), then the action itself (POST).
+
+Every action has one URL. GET shows what it will do and a button; the button POSTs the same URL
+with the anti-forgery token; the POST does it, and redirects back to the page it came from with
+a sentence saying what it did (a short-lived cookie, shown once). A POST without a valid token
+is refused with 403 and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from supervisor.cli.tables import age
+from supervisor.queue.maintenance import ReplayFilter
+from supervisor.web.actions import ActionError
+from supervisor.web.security import csrf_problem
+from supervisor.web.site import FLASH_COOKIE, Site, duration, root_path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a confirmed POST will do: the question to ask, the button, and the work."""
+
+    title: str
+    question: str
+    button: str
+    back: str
+    fields: Mapping[str, str]
+    run: Callable[[], Awaitable[str]]
+    danger: bool = False
+
+
+def action(site: Site, plan_for: Callable[[Mapping[str, str]], Plan]) -> Callable[..., Any]:
+    """An endpoint that confirms on GET and acts on POST."""
+
+    async def endpoint(request: Request) -> Response:
+        if request.method == "GET":
+            values = {**request.query_params, **request.path_params}
+            return site.render(request, "confirm.html", plan=plan_for(values))
+        form = await request.form()
+        problem = csrf_problem(request, form)
+        if problem:
+            return site.render(
+                request, "error.html", status_code=403, message=f"refused: {problem}"
+            )
+        values = {k: v for k, v in form.items() if isinstance(v, str)}
+        plan = plan_for({**values, **request.path_params})
+        try:
+            said = await plan.run()
+        except ActionError as exc:
+            return site.render(request, "error.html", status_code=500, message=str(exc))
+        response = RedirectResponse(root_path(request) + plan.back, status_code=303)
+        # Percent-encoded: a queue or error named in the sentence may hold any character.
+        flash = quote(said, safe=" ")
+        response.set_cookie(FLASH_COOKIE, flash, max_age=60, httponly=True, samesite="strict")
+        return response
+
+    return endpoint
+
+
+def routes(site: Site) -> list[Route]:
+    def replay_job(values: Mapping[str, Any]) -> Plan:
+        job_id = int(values["job_id"])
+        return Plan(
+            title=f"Replay job {job_id}",
+            question=f"Put dead letter {job_id} back in its queue, attempts reset, due now?",
+            button=f"Replay job {job_id}",
+            back=f"/jobs/{job_id}",
+            fields={},
+            run=lambda: site.actions.replay(ReplayFilter(ids=[job_id])),
+        )
+
+    def filters(values: Mapping[str, Any]) -> tuple[dict[str, str], str]:
+        kept = {k: str(values[k]).strip() for k in ("kind", "queue", "older_than")}
+        kept = {k: v for k, v in kept.items() if v}
+        words = [f"of kind {kept['kind']}" if "kind" in kept else ""]
+        words.append(f"in queue {kept['queue']}" if "queue" in kept else "")
+        words.append(f"older than {kept['older_than']}" if "older_than" in kept else "")
+        return kept, " ".join(w for w in words if w)
+
+    def replay_many(values: Mapping[str, Any]) -> Plan:
+        kept, words = filters({k: values.get(k, "") for k in ("kind", "queue", "older_than")})
+        everything = values.get("all") == "1"
+        if not kept and not everything:
+            raise HTTPException(400, "replay needs a kind, a queue or an age (or all=1)")
+        older = duration(kept.get("older_than"), "older than")
+        which = ReplayFilter(
+            kind=kept.get("kind"),
+            queue=kept.get("queue"),
+            everything=everything,
+        )
+        return Plan(
+            title="Replay dead letters",
+            question=f"Put every dead letter {words or 'there is'} back in its queue, attempts "
+            "reset, due now?",
+            button="Replay them",
+            back=f"/dead?{urlencode(kept)}",
+            fields={**kept, **({"all": "1"} if everything else {})},
+            run=lambda: site.actions.replay(which, older_than=older),
+        )
+
+    def purge_many(values: Mapping[str, Any]) -> Plan:
+        kept, words = filters({k: values.get(k, "") for k in ("kind", "queue", "older_than")})
+        older = duration(kept.get("older_than"), "older than")
+        if older is None:
+            raise HTTPException(400, "purge needs an age: older than (e.g. 7d, or 0s for all)")
+        return Plan(
+            title="Purge dead letters",
+            question=f"Delete every dead letter {words} for good ({age(older)} and older)? "
+            "This cannot be undone.",
+            button="Purge them",
+            back=f"/dead?{urlencode({k: v for k, v in kept.items() if k != 'older_than'})}",
+            fields=kept,
+            run=lambda: site.actions.purge(older, kept.get("kind"), kept.get("queue")),
+            danger=True,
+        )
+
+    def cancel_job(values: Mapping[str, Any]) -> Plan:
+        job_id = int(values["job_id"])
+        return Plan(
+            title=f"Cancel job {job_id}",
+            question=f"Cancel job {job_id}? A waiting job will never run; a running one is "
+            "stopped by its supervisor (its process group, as on a timeout) and ends cancelled.",
+            button=f"Cancel job {job_id}",
+            back=f"/jobs/{job_id}",
+            fields={},
+            run=lambda: site.actions.cancel(job_id),
+            danger=True,
+        )
+
+    def run_now(values: Mapping[str, Any]) -> Plan:
+        job_id = int(values["job_id"])
+        return Plan(
+            title=f"Run job {job_id} now",
+            question=f"Make job {job_id} due now (its attempts are kept)?",
+            button=f"Run job {job_id} now",
+            back=f"/jobs/{job_id}",
+            fields={},
+            run=lambda: site.actions.retry_now(job_id),
+        )
+
+    def pause(values: Mapping[str, Any]) -> Plan:
+        queue = str(values["queue"])
+        return Plan(
+            title=f"Pause queue {queue}",
+            question=f"Pause queue {queue} on every host? Running jobs finish; no new job is "
+            "claimed from it until it is resumed (enqueueing still works).",
+            button=f"Pause {queue}",
+            back=f"/queues/{quote(queue, safe='')}",
+            fields={},
+            run=lambda: site.actions.pause(queue),
+            danger=True,
+        )
+
+    def resume(values: Mapping[str, Any]) -> Plan:
+        queue = str(values["queue"])
+        return Plan(
+            title=f"Resume queue {queue}",
+            question=f"Resume queue {queue}? Every host claims from it again at once.",
+            button=f"Resume {queue}",
+            back=f"/queues/{quote(queue, safe='')}",
+            fields={},
+            run=lambda: site.actions.resume(queue),
+        )
+
+    both = ["GET", "POST"]
+    return [
+        Route("/jobs/{job_id:int}/cancel", action(site, cancel_job), methods=both),
+        Route("/jobs/{job_id:int}/run-now", action(site, run_now), methods=both),
+        Route("/queues/{queue:path}/pause", action(site, pause), methods=both),
+        Route("/queues/{queue:path}/resume", action(site, resume), methods=both),
+        Route("/jobs/{job_id:int}/replay", action(site, replay_job), methods=both),
+        Route("/dead/replay", action(site, replay_many), methods=both),
+        Route("/dead/purge", action(site, purge_many), methods=both),
+    ]

@@ -1,0 +1,134 @@
+"""The dashboard's pages: each reads through supervisor.web.reads and renders one template.
+
+Every page wraps its figures in an element that htmx fetches again every few seconds (the same
+URL, keeping only that element), so figures stay live without a reload and without JavaScript
+of our own.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from supervisor.queue.control import STATES
+from supervisor.queue.dsn import scrub
+from supervisor.web import reads
+from supervisor.web.site import Site, duration
+
+log = logging.getLogger("pgq.web")
+
+
+def _page(request: Request) -> int:
+    try:
+        page = int(request.query_params.get("page", "1"))
+    except ValueError:
+        raise HTTPException(400, "page must be a whole number") from None
+    if not 1 <= page <= reads.SCAN // reads.PAGE_SIZE:
+        raise HTTPException(400, f"page must be between 1 and {reads.SCAN // reads.PAGE_SIZE}")
+    return page
+
+
+def _text(request: Request, name: str) -> str | None:
+    return request.query_params.get(name, "").strip() or None
+
+
+def routes(site: Site) -> list[Route]:
+    async def overview(request: Request) -> Response:
+        data = await reads.overview(site.pool, site.config, site.database, site.throughput)
+        return site.render(request, "overview.html", view=data)
+
+    async def queue(request: Request) -> Response:
+        name = request.path_params["queue"]
+        state = request.query_params.get("state", "available")
+        if state not in STATES:
+            raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
+        page = await reads.queue_jobs(
+            site.pool, name, state, _text(request, "kind"), _page(request)
+        )
+        return site.render(request, "queue.html", view=page, states=STATES)
+
+    async def job(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        now, row = await reads.job(site.pool, job_id)
+        if row is None:
+            return site.render(request, "missing.html", status_code=404, job_id=job_id, now=now)
+        return site.render(request, "job.html", job=row, now=now)
+
+    async def dead(request: Request) -> Response:
+        which = reads.DeadLetterFilter(
+            kind=_text(request, "kind"),
+            queue=_text(request, "queue"),
+            older_than=duration(_text(request, "older_than"), "older than"),
+            after=_after(request),
+        )
+        now, rows, more = await reads.dead_letters(site.pool, which)
+        return site.render(
+            request,
+            "dead.html",
+            now=now,
+            rows=rows,
+            more=more,
+            filters={k: request.query_params.get(k, "") for k in ("kind", "queue", "older_than")},
+        )
+
+    async def workers(request: Request) -> Response:
+        now, supervisors = await reads.supervisors(site.pool)
+        return site.render(request, "workers.html", now=now, supervisors=supervisors)
+
+    return [
+        Route("/", overview),
+        Route("/queues/{queue:path}", queue),
+        Route("/jobs/{job_id:int}", job),
+        Route("/dead", dead),
+        Route("/workers", workers),
+    ]
+
+
+def _after(request: Request) -> tuple[datetime, int] | None:
+    """The keyset of the dead-letter page to continue after: ``after=<iso time>,<id>``."""
+    raw = _text(request, "after")
+    if raw is None:
+        return None
+    moment, _, job_id = raw.rpartition(",")
+    try:
+        return datetime.fromisoformat(moment), int(job_id)
+    except ValueError:
+        raise HTTPException(400, "after must be <ISO time>,<job id>") from None
+
+
+def exception_handlers(site: Site) -> dict[Any, Any]:
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return site.render(
+            request, "error.html", status_code=exc.status_code, message=exc.detail or ""
+        )
+
+    async def database_down(request: Request, exc: Exception) -> Response:
+        return site.render(
+            request,
+            "error.html",
+            status_code=503,
+            message=f"the database {site.database} does not answer; retrying on the next refresh",
+        )
+
+    async def database_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
+            message = (
+                f"{site.database} has no pgq schema (or an old one): run "
+                "`pgq-supervisor -c FILE migrate` first"
+            )
+        else:
+            detail = scrub(str(exc).strip(), site.pool.conninfo).replace("\n", " ")
+            message = f"{site.database}: {detail}"
+        log.warning("%s %s: %s", request.method, request.url.path, message)
+        return site.render(request, "error.html", status_code=503, message=message)
+
+    return {HTTPException: http_error, PoolTimeout: database_down, psycopg.Error: database_error}
