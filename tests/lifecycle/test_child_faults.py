@@ -326,6 +326,7 @@ def test_a_child_failing_before_its_loop_never_returns_into_the_parent(
             pool=config.pools["main"],
             slot=1,
             generation=1,
+            host="test-host",
             dsn=dsn,
             handlers={},
             kinds=[],
