@@ -32,10 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-# examples/ (the demo's handlers) is the checkout's, not installed with the package: the demo
-# imports it from the checkout, as the supervisor it starts does (it runs there).
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
+import checkout  # noqa: F401  (examples/, the demo's handlers, is importable from the checkout only)
 import psycopg
 from demo_jobs import QUEUES, config_problems, parse_args, plan_jobs
 from demo_processes import Helper, Sink, signals_held, stop_supervisor

@@ -141,6 +141,9 @@ class FleetDrill:
         self.incarnations: list[Incarnation] = []
         self.faults: list[Fault] = []
         self.problems: list[str] = []
+        # The chaos verdict bounds the CPU of supervisors waiting out a database outage; the
+        # fleet drill stops no database, so there is nothing to bound.
+        self.cpu_while_down: list[float] = []
         self.modes: dict[int, str] = {}
         self.ids: list[int] = []
         self.capacity = args.hosts * PROCESSES * BATCH
