@@ -147,8 +147,6 @@ class FleetDrill:
         self.modes: dict[int, str] = {}
         self.ids: list[int] = []
         self.capacity = args.hosts * PROCESSES * BATCH
-        # The chaos verdict's CPU figure; this drill takes no database down, so it measures none.
-        self.cpu_while_down: list[float] = []
         self.purge_at: datetime | None = None
         self.base_config = CONFIG
         self.schedule_off = False
