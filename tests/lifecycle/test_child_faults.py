@@ -275,14 +275,16 @@ def test_a_claim_lost_with_the_connection_is_given_back_by_the_live_child(
         what="child registered",
     )[0][0]
     with psycopg.connect(ledger, autocommit=True) as conn:
-        (job_id,) = enqueue_many(conn, [NewJob("record")])
-        # What the lost claim left behind: the job is the child's on paper only.
-        conn.execute(
-            "UPDATE pgq.jobs SET state = 'running', attempts = 1, locked_by = %s, "
-            "lease_id = nextval('pgq.lease_seq'), lease_until = now() + interval '10 minutes', "
-            "started_at = now() WHERE id = %s",
-            (worker_id, job_id),
-        )
+        # What the lost claim left behind: the job is the child's on paper only (written in
+        # one transaction, so the child cannot claim it for real in between).
+        with conn.transaction():
+            (job_id,) = enqueue_many(conn, [NewJob("record")])
+            conn.execute(
+                "UPDATE pgq.jobs SET state = 'running', attempts = 1, locked_by = %s, "
+                "lease_id = nextval('pgq.lease_seq'), "
+                "lease_until = now() + interval '10 minutes', started_at = now() WHERE id = %s",
+                (worker_id, job_id),
+            )
         # ... and the connection died.
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -291,7 +293,7 @@ def test_a_claim_lost_with_the_connection_is_given_back_by_the_live_child(
     wait_for(lambda: _count(ledger, job_id, "ran") == 1, 30, what=f"job ran\n{sup.log()}")
     wait_for(
         lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE id = %s", (job_id,)) == 0,
-        what="job completed",
+        what=f"job completed\n{sup.log()}",
     )
     # Ran on its first attempt: the lost claim did not spend one.
     assert query(ledger, "SELECT attempt FROM test_ledger WHERE job_id = %s", (job_id,)) == [(1,)]
