@@ -130,19 +130,23 @@ class Results:
         if not self.ready():
             return _claim_only(conn, claim)
         done = self.done
-        if claim is None:
+        # Without a claim to carry them, finished jobs go in the claim statement claiming
+        # nothing; with neither a claim nor finished jobs, only the settle is sent.
+        send: ClaimSender | None = claim
+        if send is None and done:
 
-            def claim(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
+            def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
                 return jobs_api.send_complete(conn, done, history=history)
 
         try:
+            settled = claimed = None
             if self.settled:
                 with conn.pipeline():
                     settled = jobs_api.send_settle(conn, self.settled, history=history)
-                    claimed = claim(conn, done)
-            else:
-                settled, claimed = None, claim(conn, done)
-            result = jobs_api.read_claim(claimed, done)
+                    claimed = send(conn, done) if send is not None else None
+            elif send is not None:
+                claimed = send(conn, done)
+            result = jobs_api.read_claim(claimed, done) if claimed is not None else None
         except RECONNECT_ERRORS:
             raise
         except psycopg.Error:
@@ -151,7 +155,7 @@ class Results:
         _tally(
             board,
             pool,
-            result.completed if done else None,
+            result.completed if result is not None and done else None,
             self.settled,
             jobs_api.fenced(settled, [s.job for s in self.settled])
             if settled is not None
@@ -161,7 +165,7 @@ class Results:
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         self._changed()
-        return result.jobs
+        return result.jobs if result is not None else []
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
         if self.on_scheduled is not None and any(s.scheduled for s in settled):
