@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 import psycopg
 from benchlib.common import fresh_database, rate
-from benchlib.ours import PROGRESS, Supervisor, _fill, config_text
+from benchlib.ours import Supervisor, _fill, config_text, time_drain
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 # py-spy's raw format: one folded stack per line, frames joined by ';', then the sample count.
@@ -147,23 +147,17 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                 )
-            first = last = None
-            while True:
-                claimed, done, now = conn.execute(PROGRESS).fetchone()  # type: ignore[misc]
-                if first is None and claimed:
-                    first = now
-                if done:
-                    last = now
-                    break
-                sup.check_alive()
-                time.sleep(0.002)
+            seconds = time_drain(
+                conn,
+                timeout=args.timeout,
+                on_timeout=lambda: f"not drained after {args.timeout:.0f}s",
+                each_poll=lambda _: sup.check_alive(),
+            )
             after = {p.pid: cpu_seconds(p) for p in [master, *children]}
             if spy_proc is not None:
                 spy_proc.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
                 _, err = spy_proc.communicate(timeout=60)
             sup.stop()
-    assert first is not None and last is not None
-    seconds = (last - first).total_seconds()
     child_cpu = sum(after[p.pid] - before[p.pid] for p in children)
     master_cpu = after[master.pid] - before[master.pid]
     result: dict[str, Any] = {
@@ -223,6 +217,7 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds the drain may take")
     parser.add_argument("--no-profile", action="store_true", help="CPU per job only")
     args = parser.parse_args()
     result = profile(args)

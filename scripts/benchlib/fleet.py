@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from benchlib.common import fresh_database, rate
-from benchlib.ours import PROGRESS, Supervisor, config_text
+from benchlib.ours import Supervisor, config_text, time_drain
 from supervisor import NewJob, enqueue_many, migrate
 
 IDLE = "SELECT count(*) FROM pgq.workers WHERE state = 'idle'"
@@ -64,31 +64,25 @@ def fleet_drain(
         with conn.transaction():
             for start in range(0, jobs, 10_000):
                 enqueue_many(conn, [NewJob("noop") for _ in range(min(10_000, jobs - start))])
-        first = last = None
         sessions = 0
-        polls = 0
-        deadline = time.monotonic() + timeout
-        while True:
-            claimed, done, now = conn.execute(PROGRESS).fetchone()  # type: ignore[misc]
-            if first is None and claimed:
-                first = now
-            if done:
-                last = now
-                break
+
+        def sample(polls: int) -> None:
+            nonlocal sessions
             if polls % 50 == 0:
                 sessions = max(sessions, conn.execute(SESSIONS).fetchone()[0])  # type: ignore[index]
                 for sup in sups:
                     sup.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name}: not drained after {timeout:.0f}s")
-            polls += 1
-            time.sleep(0.002)
+
+        seconds = time_drain(
+            conn,
+            timeout=timeout,
+            on_timeout=lambda: f"{name}: not drained after {timeout:.0f}s",
+            each_poll=sample,
+        )
         (wal,) = conn.execute(WAL_SINCE, (wal_before,)).fetchone()  # type: ignore[misc]
         codes = [sup.stop() for sup in sups]
     if any(codes):
         raise RuntimeError(f"{name}: supervisors exited {codes}; see {log_dir}")
-    assert first is not None and last is not None
-    seconds = (last - first).total_seconds()
     return {
         "hosts": hosts,
         "processes_per_host": processes,

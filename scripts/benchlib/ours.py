@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,35 @@ def _fill(db: str, jobs: int, kind: str = "noop", args: Any = None) -> None:
         conn.execute("VACUUM ANALYZE pgq.jobs")
 
 
+def time_drain(
+    conn: psycopg.Connection[Any],
+    *,
+    timeout: float,
+    on_timeout: Callable[[], str],
+    each_poll: Callable[[int], None],
+    poll: float = 0.002,
+) -> float:
+    """Poll PROGRESS until the queue is empty; seconds from the first claim seen to the first
+    poll that saw nothing left (both the database's clock). ``each_poll`` gets the poll's number
+    (check the supervisors are alive, sample what else the caller measures); past ``timeout``,
+    TimeoutError with what ``on_timeout`` says."""
+    first = None
+    deadline = time.monotonic() + timeout
+    polls = 0
+    while True:
+        claimed, done, now = conn.execute(PROGRESS).fetchone()  # type: ignore[misc]
+        if first is None and claimed:
+            first = now
+        if done:
+            assert first is not None, "the queue emptied before any claim was seen"
+            return (now - first).total_seconds()
+        if time.monotonic() > deadline:
+            raise TimeoutError(on_timeout())
+        each_poll(polls)
+        polls += 1
+        time.sleep(poll)
+
+
 def drain_with(
     db: str,
     jobs: int,
@@ -175,26 +205,22 @@ def drain_with(
     """Start a supervisor on an already filled database and time it emptying the queue.
     ``metrics_scrape``, if given, is called once drained, before the stop (as "scraped")."""
     with psycopg.connect(db, autocommit=True) as conn, Supervisor(db, config, log_dir, name) as sup:
-        first = last = None
-        deadline = time.monotonic() + timeout
-        while True:
-            claimed, done, now = conn.execute(PROGRESS).fetchone()  # type: ignore[misc]
-            if first is None and claimed:
-                first = now
-            if done:
-                last = now
-                break
-            if time.monotonic() > deadline:
-                (left,) = conn.execute(REMAINING).fetchone()  # type: ignore[misc]
-                raise TimeoutError(f"{name}: {left} of {jobs} jobs left after {timeout:.0f}s")
-            sup.check_alive()
-            time.sleep(poll)
+
+        def left() -> str:
+            (count,) = conn.execute(REMAINING).fetchone()  # type: ignore[misc]
+            return f"{name}: {count} of {jobs} jobs left after {timeout:.0f}s"
+
+        seconds = time_drain(
+            conn,
+            timeout=timeout,
+            on_timeout=left,
+            each_poll=lambda _: sup.check_alive(),
+            poll=poll,
+        )
         scraped = metrics_scrape() if metrics_scrape is not None else None
         code = sup.stop()
         if code != 0:
             raise RuntimeError(f"{name}: supervisor exited {code}; see {sup.log_path}")
-        assert first is not None and last is not None
-        seconds = (last - first).total_seconds()
         timed_by = f"polling every {poll * 1000:g} ms: first claim to none left (clock_timestamp())"
         if history:
             done, span = conn.execute(HISTORY_SPAN).fetchone()  # type: ignore[misc]
