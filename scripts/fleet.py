@@ -7,9 +7,10 @@ Each supervisor is its own process tree (its own session) with its own host iden
 (PGQ_HOST=host-a, host-b, ...), all on the database named by --dsn or PGQ_DSN (its pgq schema
 is migrated; the drill's tables are added), or on an embedded PostgreSQL started for the run.
 The jobs' run_at is spread over --spread seconds so the faults land on a fleet at work. On a
-seeded schedule: one host is SIGKILLed whole (master and children at once, as when a machine
-dies) and started again later under the same name; one is frozen (SIGSTOP of every process)
-past its leases, then resumed; one is deployed (SIGTERM, exit 0, start again).
+seeded schedule: the host running the rescuer is SIGKILLed whole (master and children at
+once, as when a machine dies) and started again later under the same name; one is frozen
+(SIGSTOP of every process) past its leases, then resumed; one is deployed (SIGTERM, exit 0,
+start again).
 
 The verdict is the chaos drill's (scripts/chaos_checks.py: every job completed exactly once,
 none lost, every extra execution explained by a fault, no process left behind) plus the
@@ -150,6 +151,7 @@ class FleetDrill:
         self.purge_at: datetime | None = None
         self.base_config = CONFIG
         self.schedule_off = False
+        self.began = time.time()
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -270,24 +272,29 @@ class FleetDrill:
         self.ids = self.prepare()
         log(f"enqueued {len(self.ids)} jobs; starting {len(self.hosts)} hosts")
         self.tracker.start()
-        began = time.time()
+        began = self.began = time.time()
         for host in self.hosts:
             self.start(host)
-        victim, frozen, deployed = self.rng.sample(self.hosts, 3)
         spread = max(self.args.spread, 12.0)
-        plan = [
-            (spread * 0.15, "host_kill", victim),
-            (spread * 0.35, "freeze", frozen),
-            (spread * 0.6, "deploy", deployed),
+        # Who is killed is decided when the kill is due: the host that ran the rescuer last,
+        # so that the duty must move (a kill elsewhere would leave its failover untried).
+        plan: list[tuple[float, str, Host | None]] = [
+            (spread * 0.15, "host_kill", None),
+            (spread * 0.35, "freeze", None),
+            (spread * 0.6, "deploy", None),
             # The dead machine comes back under the same name, with new worker identities.
-            (spread * 0.75, "restart", victim),
+            (spread * 0.75, "restart", None),
         ]
+        roles: dict[str, Host] = {}
         t0 = time.monotonic()
         deadline = t0 + self.args.timeout - SHUTDOWN_TIMEOUT - 30
         drained_at: float | None = None
         while time.monotonic() < deadline:
             if plan and time.monotonic() - t0 >= plan[0][0]:
-                _, kind, host = plan.pop(0)
+                _, kind, _ = plan.pop(0)
+                if not roles:
+                    roles = self.cast_roles()
+                host = roles[kind]
                 if kind == "restart":
                     self.start(host)
                     log(f"{host.name} restarted")
@@ -323,6 +330,27 @@ class FleetDrill:
         rescued = [int(n) for inc in self.incarnations for n in RESCUED.findall(inc.log())]
         result["jobs_rescued"] = sum(rescued)
         return result
+
+    def cast_roles(self) -> dict[str, Host]:
+        """The victim is the host that ran the rescuer last (else a seeded pick); the frozen
+        and the deployed hosts are seeded picks among the others."""
+        deadline = time.monotonic() + 3 * RESCUE_INTERVAL
+        while True:
+            last = query(
+                self.dsn,
+                "SELECT split_part(run_by, ':', 1) FROM pgq.maintenance_runs "
+                "WHERE task = 'rescue' AND started_at >= to_timestamp(%s) "
+                "ORDER BY started_at DESC LIMIT 1",
+                (self.began,),
+            )
+            if last or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        named = [h for h in self.hosts if last and h.name == last[0][0]]
+        victim = named[0] if named else self.rng.choice(self.hosts)
+        frozen, deployed = self.rng.sample([h for h in self.hosts if h is not victim], 2)
+        log(f"roles: kill {victim.name}, freeze {frozen.name}, deploy {deployed.name}")
+        return {"host_kill": victim, "freeze": frozen, "deploy": deployed, "restart": victim}
 
     def stop_schedule(self) -> None:
         """The end: reload every host without the schedule, so the last tick's job is not
@@ -366,9 +394,8 @@ class FleetDrill:
             checks[f"{task}_never_twice_in_an_interval"] = all(g >= interval * 0.9 for g in gaps)
             if task == "rescue":
                 after = [r for r in runs if kill and r[2] > (kill.ended or kill.at)]
-                # The duty moves when its host dies: if the killed host ran the rescuer before,
-                # another host runs it afterwards. (When another host held it all along, it
-                # rightly stays there.)
+                # The duty moves when its host dies: the drill kills the host that ran the
+                # rescuer last (cast_roles), and another host must run it afterwards.
                 if kill is not None and any(
                     host == kill.detail and at <= kill.at for host, _, at in runs
                 ):

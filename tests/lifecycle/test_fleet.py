@@ -50,6 +50,8 @@ def test_small_fleet_drill_holds_every_promise(dsn: str) -> None:
     assert figures["jobs"] > 400 and figures["schedule_ticks"] > 0
     # The killed and the frozen hosts held jobs that came back through other hosts' rescuers.
     assert figures["jobs_rescued"] > 0
+    # The drill kills the host that ran the rescuer last, so the duty had to move.
+    assert figures["checks"].get("rescue_moved_off_the_killed_host") is True, figures
     assert len(figures["rescue_runs_by_host"]) > 1
 
 
