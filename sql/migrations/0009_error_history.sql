@@ -2,7 +2,7 @@
 -- finished job found in the history by its id.
 --
 -- pgq.jobs.errors is a jsonb array, oldest first, of
---     {"seq": n, "attempt": a, "at": timestamptz, "error": text}
+--     {"seq": n, "attempt": a, "at": "2024-05-01T03:00:00.000000+00:00", "error": text}
 -- appended by every write that records last_error (settle with an error, requeue of a dead
 -- worker's job that spent its attempt, rescue of an expired lease), through pgq.error_kept
 -- below. last_error stays as it was (a contract); errors is the same texts, kept. A healthy job
@@ -11,7 +11,8 @@
 --
 -- "seq" numbers a job's errors from 1 and never restarts (attempt does: a replay resets the
 -- attempts to 0), so once older entries were dropped the first kept one says how many:
--- seq - 1.
+-- seq - 1. "at" is written in UTC with six fractional digits, whatever the session's TimeZone,
+-- so every reader (Python 3.10's datetime.fromisoformat included) parses it the same way.
 
 ALTER TABLE pgq.jobs ADD COLUMN errors jsonb;
 
@@ -43,7 +44,8 @@ AS $$
              || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
                     'seq', coalesce((errors -> -1 ->> 'seq')::integer, 0) + 1,
                     'attempt', attempt,
-                    'at', pg_catalog.now(),
+                    'at', pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
                     'error', error))
     END
 $$;

@@ -3,6 +3,8 @@ last_error, capped to the most recent 25, carried into the history, found there 
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -49,6 +51,8 @@ def test_each_failure_is_appended_and_a_healthy_job_writes_nothing(
 ) -> None:
     ensure_history_partitions(conn)
     flaky, healthy = enqueue_many(conn, [NewJob("k", max_attempts=5), NewJob("k", queue="ok")])
+    # Times are kept in UTC, six fractional digits, whatever the session's zone.
+    conn.execute("SET TimeZone = 'Asia/Kolkata'")
     _fail(conn, "first")
     _fail(conn, "second")
     # A release (and a snooze) gives the attempt back and records no error: nothing appended.
@@ -59,6 +63,9 @@ def test_each_failure_is_appended_and_a_healthy_job_writes_nothing(
         (2, 2, "second"),
     ]
     assert errors and errors[0]["at"] <= errors[1]["at"]
+    at = errors[0]["at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00", at), at
+    assert datetime.fromisoformat(at).utcoffset() == timedelta(0)
     assert conn.execute("SELECT last_error FROM pgq.jobs WHERE id = %s", (flaky,)).fetchone() == (
         "second",
     )
