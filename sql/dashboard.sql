@@ -248,3 +248,15 @@ FROM (
 WHERE (%(kind)s::text IS NULL OR s.kind = %(kind)s::text)
   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
 LIMIT %(limit)s;
+
+-- name: web_job_history
+-- The history rows of job %(id)s (completed, discarded, cancelled: a replayed dead letter can
+-- have several), newest first, at most %(limit)s. The job_history_id index: one probe per daily
+-- partition. %(since)s (the job's created_at, when it is still in pgq.jobs) skips the partitions
+-- of the days before it; for a job gone from pgq.jobs every partition is probed.
+SELECT outcome, attempts, created_at, started_at, finished_at, errors, queue, kind
+FROM pgq.job_history
+WHERE id = %(id)s
+  AND finished_at >= coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY finished_at DESC
+LIMIT %(limit)s;

@@ -102,7 +102,8 @@ SELECT pg_notify('pgq_scheduled', '');
 -- jobs it finished since its last claim, then claim the next batch.
 --
 -- The completion deletes the jobs in %(done_ids)s, fenced on (id, %(done_lease_ids)s) (empty
--- arrays when there are none); with %(history)s it writes a compact history row for each. Only
+-- arrays when there are none); with %(history)s it writes a compact history row for each (with
+-- the errors of its earlier attempts: null, and free, for a job that never failed). Only
 -- running jobs have a lease_id (a table constraint), and the plan must look each id up by primary
 -- key: psycopg prepares statements it runs often, and a generic plan for "state = 'running'"
 -- would scan every running job for every id.
@@ -124,12 +125,12 @@ WITH done AS (
     USING unnest(%(done_ids)s::bigint[], %(done_lease_ids)s::bigint[]) AS f(id, lease_id)
     WHERE j.id = f.id
       AND j.lease_id = f.lease_id
-    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at
+    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
-                                 finished_at)
-    SELECT id, queue, kind, 'completed', attempts, created_at, started_at, now()
+                                 finished_at, errors)
+    SELECT id, queue, kind, 'completed', attempts, created_at, started_at, now(), errors
     FROM done
     WHERE %(history)s
 ),
@@ -175,7 +176,8 @@ FROM done;
 -- Records every outcome other than success for claimed jobs, fenced on (id, lease_id): back to
 -- available after a delay (retry, snooze), back to available at its old run_at (release), or
 -- discarded with its reason (the dead-letter queue). %(refunds)s gives an attempt back (snooze,
--- release); a null delay keeps run_at; a null error keeps the previous one. Returns the ids that
+-- release); a null delay keeps run_at; a null error keeps the previous one, and an error is
+-- also appended to the job's errors (pgq.error_kept: the most recent 25). Returns the ids that
 -- were still ours. With %(history)s, discards also write a history row. Fenced by lease_id alone,
 -- like complete, so the plan looks jobs up by primary key. A job with a cancel request
 -- (pgq.cancel) that would go back to available ends 'cancelled' instead: it never runs again.
@@ -194,6 +196,7 @@ WITH settled AS (
         END,
         attempts = j.attempts - o.refund,
         last_error = coalesce(o.error, j.last_error),
+        errors = pgq.error_kept(j.errors, j.attempts, o.error),
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
@@ -211,12 +214,12 @@ WITH settled AS (
     WHERE j.id = o.id
       AND j.lease_id = o.lease_id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at
+              j.finished_at, j.errors
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
-                                 finished_at)
-    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at
+                                 finished_at, errors)
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at, errors
     FROM settled
     WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
@@ -259,6 +262,7 @@ SELECT EXISTS (
 -- in %(spent)s was running when the worker died: its attempt stays spent, since it may be what
 -- killed the worker, and it is discarded when out of attempts. The worker's other jobs were
 -- claimed but not started (or finished but not yet recorded): they get their attempt back.
+-- A spent attempt records %(reason)s in last_error and appends it to errors.
 -- %(policy_kinds)s / %(policy_max_attempts)s carry the operator's per-kind max_attempts, which
 -- win over the row's own. A job with a cancel request ends 'cancelled' (the master stops a child
 -- to cancel its job, and this is how that job's claim ends).
@@ -293,6 +297,8 @@ moved AS (
         run_at = now(),
         attempts = CASE WHEN d.spent THEN j.attempts ELSE j.attempts - 1 END,
         last_error = CASE WHEN d.spent THEN %(reason)s ELSE j.last_error END,
+        errors = CASE WHEN d.spent THEN pgq.error_kept(j.errors, j.attempts, %(reason)s)
+                      ELSE j.errors END,
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
@@ -300,12 +306,12 @@ moved AS (
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at
+              j.finished_at, j.errors
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
-                                 finished_at)
-    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at
+                                 finished_at, errors)
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at, errors
     FROM moved
     WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
@@ -316,7 +322,7 @@ SELECT id, queue, kind, state, attempts FROM moved;
 -- Returns up to %(limit)s jobs whose lease expired (their worker stopped renewing: a host that
 -- died, a network partition) to available, or to discarded when no attempts are left.
 -- SKIP LOCKED lets it run beside claims and finishes without waiting on them. A job with a
--- cancel request ends 'cancelled'.
+-- cancel request ends 'cancelled'. The expiry is recorded in last_error and appended to errors.
 WITH target AS (
     SELECT id
     FROM pgq.jobs
@@ -327,7 +333,9 @@ WITH target AS (
     FOR UPDATE SKIP LOCKED
 ),
 decided AS (
-    SELECT j.id, j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
+    SELECT j.id,
+           j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted,
+           'lease expired: worker ' || j.locked_by || ' stopped renewing it' AS error
     FROM pgq.jobs AS j
     JOIN target USING (id)
     LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
@@ -341,7 +349,8 @@ moved AS (
             ELSE 'available'
         END,
         run_at = now(),
-        last_error = 'lease expired: worker ' || j.locked_by || ' stopped renewing it',
+        last_error = d.error,
+        errors = pgq.error_kept(j.errors, j.attempts, d.error),
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
@@ -349,12 +358,12 @@ moved AS (
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at
+              j.finished_at, j.errors
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
-                                 finished_at)
-    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at
+                                 finished_at, errors)
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at, errors
     FROM moved
     WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
@@ -770,7 +779,8 @@ waiting AS (
     FROM target AS t
     WHERE j.id = t.id
       AND t.state IN ('available', 'scheduled')
-    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.finished_at
+    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.finished_at,
+              j.errors
 ),
 requested AS (
     UPDATE pgq.jobs AS j
@@ -782,8 +792,8 @@ requested AS (
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
-                                 finished_at)
-    SELECT id, queue, kind, 'cancelled', attempts, created_at, started_at, finished_at
+                                 finished_at, errors)
+    SELECT id, queue, kind, 'cancelled', attempts, created_at, started_at, finished_at, errors
     FROM waiting
     WHERE %(history)s
 )
@@ -874,11 +884,11 @@ LIMIT %(limit)s;
 
 -- name: job_detail
 -- Everything about one job, with the supervisor, pool, slot and pid of the worker running it
--- (from the registry's last heartbeat) when it runs.
+-- (from the registry's last heartbeat) when it runs, and every error kept.
 SELECT j.id, j.queue, j.kind, j.state, j.args, j.priority, j.attempts, j.max_attempts,
        j.unique_key, j.last_error, j.created_at, j.run_at, j.started_at, j.finished_at,
        j.locked_by, j.lease_until, j.cancel_requested_at,
-       s.host, w.pool, w.slot, w.pid
+       s.host, w.pool, w.slot, w.pid, j.errors
 FROM pgq.jobs AS j
 LEFT JOIN pgq.workers AS w ON w.worker_id = j.locked_by
 LEFT JOIN pgq.supervisors AS s ON s.id = w.supervisor_id

@@ -210,6 +210,9 @@ class JobDetail:
     pool: str | None
     slot: int | None
     pid: int | None
+    # Every error kept, oldest first (see sql/migrations/0009_error_history.sql); None when the
+    # job never failed.
+    errors: list[dict[str, Any]] | None = None
 
 
 def show_job(conn: psycopg.Connection[Any], job_id: int) -> JobDetail | None:

@@ -28,8 +28,10 @@ class ActionError(Exception):
 
 
 class Actions:
-    def __init__(self, conninfo: str, *, history: bool = False) -> None:
+    def __init__(self, conninfo: str, *, history: bool = False, pooled: bool = False) -> None:
         self._conninfo = conninfo
+        # Through a transaction-mode pooler: connect() then prepares nothing server-side.
+        self._pooled = pooled
         # Whether a cancel writes pgq.job_history, as the supervisor's own outcomes do.
         self._history = history
 
@@ -37,7 +39,9 @@ class Actions:
         def work() -> T:
             try:
                 with (
-                    connect(self._conninfo, application_name="pgq-supervisor web") as conn,
+                    connect(
+                        self._conninfo, application_name="pgq-supervisor web", pooled=self._pooled
+                    ) as conn,
                     conn.transaction(),
                 ):
                     return fn(conn)

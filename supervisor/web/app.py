@@ -38,14 +38,21 @@ def create_app(
     pool: AsyncConnectionPool[Any] | None = None,
     config: Config | None = None,
     credentials: Credentials | None = None,
+    pooled: bool | None = None,
 ) -> Starlette:
     """The dashboard for the database at ``dsn`` (the app opens and closes its own pool), or on
     the caller's ``pool`` (opened and closed by the caller). ``config`` (the supervisor's YAML)
     adds the pools, their weights and shares, and the queues no pool serves. ``credentials``
-    default to the environment (PGQ_WEB_USER / PGQ_WEB_PASSWORD, PGQ_WEB_TOKEN)."""
+    default to the environment (PGQ_WEB_USER / PGQ_WEB_PASSWORD, PGQ_WEB_TOKEN). ``pooled``:
+    the database is reached through a transaction-mode pooler (PgBouncer), where each
+    transaction may run on another server session, so nothing is prepared server-side; it
+    defaults to the YAML's ``database.pooler: transaction``. A caller's own ``pool`` must then
+    be opened with ``prepare_threshold=None`` in its kwargs (the actions follow ``pooled``)."""
     if (dsn is None) == (pool is None):
         raise ValueError("create_app needs a dsn or a pool (exactly one)")
     own_pool = pool is None
+    if pooled is None:
+        pooled = bool(config and config.database.pooled)
     if pool is None:
         assert dsn is not None
         pool = AsyncConnectionPool(
@@ -56,7 +63,9 @@ def create_app(
             # A page waits this long for a connection, then says the database does not answer
             # (the pool keeps reconnecting in the background).
             timeout=PAGE_WAIT,
-            kwargs={"autocommit": True, "application_name": "pgq-supervisor web"},
+            kwargs={"autocommit": True, "application_name": "pgq-supervisor web"}
+            # A statement psycopg prepared on one server session would be missing on the next.
+            | ({"prepare_threshold": None} if pooled else {}),
             name="pgq-web",
         )
     conninfo = pool.conninfo
@@ -64,7 +73,7 @@ def create_app(
         pool=pool,
         config=config,
         database=describe(conninfo),
-        actions=Actions(conninfo, history=bool(config and config.history.enabled)),
+        actions=Actions(conninfo, history=bool(config and config.history.enabled), pooled=pooled),
         templates=templates(HERE / "templates"),
         throughput=Throughput(dashboard_query("web_throughput_since")),
     )

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
-from supervisor.web import reads
+from supervisor.web import jobpage, reads
 from supervisor.web.site import Site, duration
 
 log = logging.getLogger("pgq.web")
@@ -57,10 +57,13 @@ def routes(site: Site) -> list[Route]:
 
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        now, row = await reads.job(site.pool, job_id)
-        if row is None:
-            return site.render(request, "missing.html", status_code=404, job_id=job_id, now=now)
-        return site.render(request, "job.html", job=row, now=now)
+        view = await jobpage.read(site.pool, job_id)
+        if view.job is not None:
+            return site.render(request, "job.html", job=view.job, view=view, now=view.now)
+        if view.history:
+            # Completed (or purged after it died): the history is all that remains of it.
+            return site.render(request, "job_done.html", job_id=job_id, view=view, now=view.now)
+        return site.render(request, "missing.html", status_code=404, job_id=job_id, now=view.now)
 
     async def dead(request: Request) -> Response:
         which = reads.DeadLetterFilter(

@@ -24,7 +24,6 @@ from supervisor.cli import schedules
 from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
 from supervisor.config import Config, PoolConfig
-from supervisor.queue.control import JobDetail
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scheduled import ScheduleRecord
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
@@ -57,14 +56,14 @@ async def snapshot(pool: AsyncConnectionPool[Any]) -> AsyncIterator[AsyncConnect
         yield conn
 
 
-async def _rows(conn: AsyncConnection[Any], sql: str, params: Any = None) -> list[dict[str, Any]]:
+async def fetch(conn: AsyncConnection[Any], sql: str, params: Any = None) -> list[dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(sql, params)
         return await cur.fetchall()
 
 
 async def server_now(conn: AsyncConnection[Any]) -> datetime:
-    rows = await _rows(conn, query("clock"))
+    rows = await fetch(conn, query("clock"))
     moment: datetime = rows[0]["now"]
     return moment
 
@@ -125,24 +124,24 @@ async def overview(
             for p in config.pools.values():
                 for name in p.queues:
                     queue(name).row.pools.append(p.name)
-        for r in await _rows(conn, query("paused_queues")):
+        for r in await fetch(conn, query("paused_queues")):
             queue(r["queue"]).row.paused = True
-        for r in await _rows(conn, dashboard_query("web_queues_waiting"), {"limit": MAX_QUEUES}):
+        for r in await fetch(conn, dashboard_query("web_queues_waiting"), {"limit": MAX_QUEUES}):
             queue(r["queue"])
-        for r in await _rows(conn, dashboard_query("web_sampled_counts"), {"cap": CAP}):
+        for r in await fetch(conn, dashboard_query("web_sampled_counts"), {"cap": CAP}):
             q = queue(r["queue"])
             setattr(q.row, r["state"], int(r["jobs"]))
             if int(r["seen"]) > CAP:
                 q.capped.add(r["state"])
         params = {"queues": sorted(figures), "cap": CAP}
-        for r in await _rows(conn, dashboard_query("web_waiting"), params):
+        for r in await fetch(conn, dashboard_query("web_waiting"), params):
             q = queue(r["queue"])
             q.row.available = int(r["due"])
             if r["capped"]:
                 q.capped.add("available")
             q.row.oldest_ready_age = r["oldest_wait"]
         if any(q.capped for q in figures.values()):
-            for r in await _rows(conn, dashboard_query("web_estimates")):
+            for r in await fetch(conn, dashboard_query("web_estimates")):
                 if r["queue"] in figures:
                     figures[r["queue"]].estimates[r["state"]] = int(r["estimate"])
         await throughput.refresh(conn, now)
@@ -151,7 +150,7 @@ async def overview(
         supervisors = await read_supervisors(conn)
         records = {
             r["name"]: ScheduleRecord(r["name"], r["last_tick"], r["last_job_id"])
-            for r in await _rows(conn, query("list_schedules"))
+            for r in await fetch(conn, query("list_schedules"))
         }
     queues = [figures[name] for name in sorted(figures)]
     status = Status(
@@ -218,19 +217,10 @@ async def queue_jobs(
     }
     async with snapshot(pool) as conn:
         now = await server_now(conn)
-        rows = await _rows(conn, dashboard_query(f"web_queue_{state}"), params)
-        paused = any(r["queue"] == queue for r in await _rows(conn, query("paused_queues")))
+        rows = await fetch(conn, dashboard_query(f"web_queue_{state}"), params)
+        paused = any(r["queue"] == queue for r in await fetch(conn, query("paused_queues")))
     more = len(rows) > PAGE_SIZE
     return JobPage(now, queue, state, kind, page, rows[:PAGE_SIZE], more, paused)
-
-
-async def job(pool: AsyncConnectionPool[Any], job_id: int) -> tuple[datetime, JobDetail | None]:
-    async with snapshot(pool) as conn:
-        now = await server_now(conn)
-        async with conn.cursor() as cur:
-            await cur.execute(query("job_detail"), {"id": job_id})
-            row = await cur.fetchone()
-    return now, JobDetail(*row) if row is not None else None
 
 
 @dataclass(frozen=True)
@@ -256,5 +246,5 @@ async def dead_letters(
     }
     async with snapshot(pool) as conn:
         now = await server_now(conn)
-        rows = await _rows(conn, dashboard_query("web_dead_letters"), params)
+        rows = await fetch(conn, dashboard_query("web_dead_letters"), params)
     return now, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE

@@ -352,3 +352,52 @@ def test_cancel_and_run_now_from_a_job_page(
         10,
         what="the open page to see the job gone",
     )
+
+
+def test_a_job_page_shows_every_error_and_a_completed_job_its_history(
+    browser: Any,
+    dashboard: Callable[..., Dashboard],
+    supervisor: Callable[..., Supervisor],
+    ledger: str,
+) -> None:
+    yaml_text = YAML.replace(
+        "fail_first: tests.handlers:fail_first_run",
+        "fail_first: tests.handlers:fail_first_run\n      fail: tests.handlers:fail",
+    ).replace(
+        "fail_first: {max_attempts: 1}",
+        "fail_first: {max_attempts: 1}\n      fail: {backoff: {base: 100ms, cap: 100ms}}",
+    )
+    sup = supervisor(yaml_text).start()
+    # Each fails its first two attempts: one has no third and dies, the other completes on it.
+    dead, done = enqueue(
+        ledger,
+        [
+            NewJob("fail", {"times": 2}, queue="work", max_attempts=2),
+            NewJob("fail", {"times": 2}, queue="work", max_attempts=3),
+        ],
+    )
+    wait_for(
+        lambda: query(ledger, "SELECT id, state FROM pgq.jobs") == [(dead, "discarded")],
+        30,
+        what=f"one dead letter, one completed job\n{sup.log()}",
+    )
+    web = dashboard(yaml_text).wait_up()
+
+    browser.get(web.url + f"/jobs/{dead}")
+    assert text_of(browser, "#state") == "discarded"
+    assert count_of(browser, "#errors li") == 2
+    errors = text_of(browser, "#errors")
+    # Newest first, each with its attempt.
+    assert errors.index("attempt 2") < errors.index("planned failure 1 of 2")
+    assert "planned failure 2 of 2" in errors and "no attempts left" in errors
+    screenshot(browser, "job-errors")
+
+    browser.get(web.url + f"/jobs/{done}")
+    assert text_of(browser, "#state") == "completed"
+    assert "not in pgq.jobs" in text_of(browser, "#message")
+    assert text_of(browser, "#attempts") == "3"
+    assert count_of(browser, '#history tr[data-outcome="completed"]') == 1
+    assert count_of(browser, "#errors li") == 2
+    errors = text_of(browser, "#errors")
+    assert "planned failure 1 of 2" in errors and "planned failure 2 of 2" in errors
+    screenshot(browser, "job-completed")

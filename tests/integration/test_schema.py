@@ -53,6 +53,7 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "created_at": ("timestamp with time zone", True),
         "finished_at": ("timestamp with time zone", False),
         "cancel_requested_at": ("timestamp with time zone", False),
+        "errors": ("jsonb", False),
     }
 
 

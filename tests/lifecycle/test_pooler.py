@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -201,3 +202,55 @@ def test_a_bad_host_name_is_a_config_error(tmp_path: Path, value: str) -> None:
     result = run_cli(path, "check", env=env)
     assert result.returncode == 2
     assert "host: PGQ_HOST must be 1-64 letters" in result.stderr
+
+
+def test_the_dashboard_through_pgbouncer(
+    supervisor: Callable[..., Supervisor], dsn: str, bouncer_port: int
+) -> None:
+    """`web` with `pooler: transaction` prepares nothing server-side. PgBouncer hands a client
+    the server session released last; a second client holding a transaction over every other
+    page load takes that one, so the dashboard's statements alternate between two sessions, and
+    a statement psycopg prepared on one (after 5 runs) would be missing on the other."""
+    pytest.importorskip("uvicorn")
+    httpx = pytest.importorskip("httpx")
+    pooled = through(dsn, bouncer_port)
+    (job_id,) = enqueue_many_direct(dsn, [NewJob("record", queue="web")])
+    port = _free_port()
+    web = supervisor(_config(), args=["web", "--port", str(port)])
+    web.dsn = pooled
+    web.env["PGQ_DSN"] = pooled
+    web.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(url + "/static/style.css", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, 30, what=f"the dashboard\n{web.log()}")
+    with httpx.Client(base_url=url, timeout=10) as client, psycopg.connect(pooled) as other:
+        for n in range(16):
+            if n % 2:
+                other.execute("SELECT 1")  # holds a server session until the commit below
+            for page in ("/", f"/jobs/{job_id}", "/queues/web"):
+                response = client.get(page)
+                assert response.status_code == 200, f"{page}: {response.text}\n{web.log()}"
+            other.commit()
+        # An action through the pooler too: pause the queue, with the forgery token.
+        client.get("/queues/web/pause")
+        done = client.post("/queues/web/pause", data={"csrf": client.cookies["pgq_csrf"]})
+        assert done.status_code == 303, done.text
+    assert query(dsn, "SELECT queue FROM pgq.queue_pauses") == [("web",)]
+    assert "prepared statement" not in web.log()
+
+
+def enqueue_many_direct(dsn: str, jobs: list[NewJob]) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return enqueue_many(conn, jobs)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,51 @@
+-- Every error a job met, not only the last (issue 14: a job's page shows them all), and a
+-- finished job found in the history by its id.
+--
+-- pgq.jobs.errors is a jsonb array, oldest first, of
+--     {"seq": n, "attempt": a, "at": "2024-05-01T03:00:00.000000+00:00", "error": text}
+-- appended by every write that records last_error (settle with an error, requeue of a dead
+-- worker's job that spent its attempt, rescue of an expired lease), through pgq.error_kept
+-- below. last_error stays as it was (a contract); errors is the same texts, kept. A healthy job
+-- pays nothing: the column has no default (adding it rewrites no row), stays NULL until a
+-- failure, and neither the claim nor a completion writes it.
+--
+-- "seq" numbers a job's errors from 1 and never restarts (attempt does: a replay resets the
+-- attempts to 0), so once older entries were dropped the first kept one says how many:
+-- seq - 1. "at" is written in UTC with six fractional digits, whatever the session's TimeZone,
+-- so every reader (Python 3.10's datetime.fromisoformat included) parses it the same way.
+
+ALTER TABLE pgq.jobs ADD COLUMN errors jsonb;
+
+-- Completed, discarded and cancelled jobs carry their errors into the history (null for a job
+-- that never failed). On the partitioned table it reaches every partition; new partitions copy
+-- it through LIKE.
+ALTER TABLE pgq.job_history ADD COLUMN errors jsonb;
+
+-- A job's page looks a finished job up by id. Created on the parent, the index is built on
+-- every partition (taking each one's SHARE lock while it builds, so history writes wait for
+-- that partition's build: a day's rows), and ATTACH PARTITION in
+-- pgq.ensure_history_partitions builds it on each new partition before attaching it.
+-- Not unique: a dead letter replayed and then completed has two rows.
+CREATE INDEX job_history_id ON pgq.job_history (id);
+
+-- The errors after `error` is added for `attempt`: the most recent 25, oldest first; `errors`
+-- unchanged when `error` is null (a write that keeps last_error). A single SELECT without SET
+-- or STRICT, so the planner inlines it into the statements that call it. The 24 in the path
+-- keeps 24 old entries beside the new one; jsonpath's lax mode clamps it for shorter arrays.
+CREATE FUNCTION pgq.error_kept(errors jsonb, attempt integer, error text)
+RETURNS jsonb
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN error IS NULL THEN errors
+        ELSE pg_catalog.jsonb_path_query_array(coalesce(errors, '[]'), '$[last - 23 to last]')
+             || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                    'seq', coalesce((errors -> -1 ->> 'seq')::integer, 0) + 1,
+                    'attempt', attempt,
+                    'at', pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+                    'error', error))
+    END
+$$;

@@ -1,0 +1,101 @@
+"""What a job's page shows: the job as pgq.jobs holds it, every error kept, and its outcomes in
+pgq.job_history, which is all that remains of a completed job (its row is deleted at once).
+
+One read-only snapshot: the job by primary key, then its history rows by the job_history_id
+index (sql/dashboard.sql, web_job_history).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from supervisor.queue.control import JobDetail
+from supervisor.queue.queries import query
+from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
+
+# History rows shown for one job: one per time it finished (a replayed dead letter finishes
+# again), so a handful at most in practice.
+HISTORY_ROWS = 10
+
+
+@dataclass(frozen=True)
+class KeptError:
+    """One entry of a job's errors (sql/migrations/0009_error_history.sql)."""
+
+    seq: int  # the job's nth error, counted from 1 and never restarted
+    attempt: int
+    at: datetime
+    error: str
+
+
+@dataclass(frozen=True)
+class Errors:
+    """A job's errors as kept, oldest first, and how many older ones the cap dropped."""
+
+    kept: list[KeptError]
+
+    @property
+    def dropped(self) -> int:
+        return self.kept[0].seq - 1 if self.kept else 0
+
+    @property
+    def newest_first(self) -> list[KeptError]:
+        return self.kept[::-1]
+
+
+def errors_of(raw: list[dict[str, Any]] | None) -> Errors:
+    return Errors(
+        [
+            KeptError(int(e["seq"]), int(e["attempt"]), datetime.fromisoformat(e["at"]), e["error"])
+            for e in raw or []
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One row of pgq.job_history for this job."""
+
+    outcome: str
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime
+    errors: Errors
+    queue: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class JobView:
+    now: datetime
+    job: JobDetail | None  # None: not in pgq.jobs (completed, or purged)
+    history: list[Finished]  # newest first
+
+    @property
+    def errors(self) -> Errors:
+        """The errors to show: the job's own, or, once it is gone, its last history row's."""
+        if self.job is not None:
+            return errors_of(self.job.errors)
+        return self.history[0].errors if self.history else Errors([])
+
+
+async def read(pool: AsyncConnectionPool[Any], job_id: int) -> JobView:
+    async with snapshot(pool) as conn:
+        now = await server_now(conn)
+        async with conn.cursor() as cur:
+            await cur.execute(query("job_detail"), {"id": job_id})
+            row = await cur.fetchone()
+        job = JobDetail(*row) if row is not None else None
+        params = {
+            "id": job_id,
+            "since": job.created_at if job is not None else None,
+            "limit": HISTORY_ROWS,
+        }
+        rows = await fetch(conn, dashboard_query("web_job_history"), params)
+    history = [Finished(**{**r, "errors": errors_of(r["errors"])}) for r in rows]
+    return JobView(now, job, history)
