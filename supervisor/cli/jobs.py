@@ -79,6 +79,18 @@ def _last_line(error: str | None) -> str:
     return text if len(text) <= ERROR_COLUMN else text[: ERROR_COLUMN - 1] + "…"
 
 
+def _earlier_errors(errors: control.Errors) -> list[str]:
+    """The errors before the last one (shown whole above it), a line each, newest first."""
+    earlier = errors.newest_first[1:]
+    if not earlier:
+        return []
+    dropped = f", {errors.dropped} older ones dropped" if errors.dropped else ""
+    lines = [f"earlier errors ({len(earlier)} kept{dropped}):"]
+    for e in earlier:
+        lines.append(f"  #{e.seq} attempt {e.attempt} at {clock_time(e.at)}: {_last_line(e.error)}")
+    return lines
+
+
 def _when(job: control.JobRow, now: datetime) -> str:
     """The moment that matters for the job's state, as an age."""
     if job.state in ("discarded", "cancelled") and job.finished_at is not None:
@@ -162,6 +174,7 @@ def jobs_show(ctx: Context) -> int:
     lines += ["args:", *(f"  {line}" for line in safe_block(args).splitlines()), "last error:"]
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
+    lines += _earlier_errors(control.errors_of(job.errors))
     print("\n".join(lines))
     return MasterExit.OK
 

@@ -215,6 +215,40 @@ class JobDetail:
     errors: list[dict[str, Any]] | None = None
 
 
+@dataclass(frozen=True)
+class KeptError:
+    """One entry of a job's errors (sql/migrations/0009_error_history.sql)."""
+
+    seq: int  # the job's nth error, counted from 1 and never restarted
+    attempt: int
+    at: datetime
+    error: str
+
+
+@dataclass(frozen=True)
+class Errors:
+    """A job's errors as kept, oldest first, and how many older ones the cap dropped."""
+
+    kept: list[KeptError]
+
+    @property
+    def dropped(self) -> int:
+        return self.kept[0].seq - 1 if self.kept else 0
+
+    @property
+    def newest_first(self) -> list[KeptError]:
+        return self.kept[::-1]
+
+
+def errors_of(raw: list[dict[str, Any]] | None) -> Errors:
+    return Errors(
+        [
+            KeptError(int(e["seq"]), int(e["attempt"]), datetime.fromisoformat(e["at"]), e["error"])
+            for e in raw or []
+        ]
+    )
+
+
 def show_job(conn: psycopg.Connection[Any], job_id: int) -> JobDetail | None:
     """One job whatever its state, or None when there is no such job (a completed job is
     deleted: only pgq.job_history remembers it)."""

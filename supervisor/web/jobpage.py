@@ -13,47 +13,13 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from supervisor.queue.control import JobDetail
+from supervisor.queue.control import Errors, JobDetail, errors_of
 from supervisor.queue.queries import query
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
 
 # History rows shown for one job: one per time it finished (a replayed dead letter finishes
 # again), so a handful at most in practice.
 HISTORY_ROWS = 10
-
-
-@dataclass(frozen=True)
-class KeptError:
-    """One entry of a job's errors (sql/migrations/0009_error_history.sql)."""
-
-    seq: int  # the job's nth error, counted from 1 and never restarted
-    attempt: int
-    at: datetime
-    error: str
-
-
-@dataclass(frozen=True)
-class Errors:
-    """A job's errors as kept, oldest first, and how many older ones the cap dropped."""
-
-    kept: list[KeptError]
-
-    @property
-    def dropped(self) -> int:
-        return self.kept[0].seq - 1 if self.kept else 0
-
-    @property
-    def newest_first(self) -> list[KeptError]:
-        return self.kept[::-1]
-
-
-def errors_of(raw: list[dict[str, Any]] | None) -> Errors:
-    return Errors(
-        [
-            KeptError(int(e["seq"]), int(e["attempt"]), datetime.fromisoformat(e["at"]), e["error"])
-            for e in raw or []
-        ]
-    )
 
 
 @dataclass(frozen=True)

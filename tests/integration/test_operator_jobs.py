@@ -59,6 +59,29 @@ def test_jobs_show_names_the_worker_running_it(cli: Cli, conn: psycopg.Connectio
     assert missing.code == 1 and "no job 999999" in missing.err
 
 
+def test_jobs_show_lists_the_earlier_errors_newest_first(
+    cli: Cli, conn: psycopg.Connection[Any]
+) -> None:
+    job_id = enqueue(conn, "render_pdf", queue="pdf")
+    for n in (1, 2, 3):
+        (job,) = claim(conn, "pdf", worker="w")
+        settle(conn, [retry(job, 0, f"Traceback ...\nValueError: failure {n}")])
+    shown = cli("jobs", "show", str(job_id))
+    assert shown.code == 0
+    last, earlier = shown.out.split("earlier errors (2 kept):\n")
+    assert "ValueError: failure 3" in last
+    lines = earlier.splitlines()
+    assert lines[0].startswith("  #2 attempt 2 at ") and lines[0].endswith("ValueError: failure 2")
+    assert lines[1].startswith("  #1 attempt 1 at ") and lines[1].endswith("ValueError: failure 1")
+    once = enqueue(conn, "render_pdf", queue="mail")
+    (job,) = claim(conn, "mail", worker="w")
+    settle(conn, [retry(job, 3600, "boom")])
+    assert "earlier errors" not in cli("jobs", "show", str(once)).out
+    assert [e["error"] for e in cli("jobs", "show", str(job_id), "--json").json()["errors"]] == [
+        f"Traceback ...\nValueError: failure {n}" for n in (1, 2, 3)
+    ]
+
+
 def test_jobs_retry_runs_a_waiting_retry_now_and_refuses_the_rest(
     cli: Cli, conn: psycopg.Connection[Any]
 ) -> None:
