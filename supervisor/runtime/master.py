@@ -29,6 +29,7 @@ from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
 from supervisor.runtime.pending import Readable
 from supervisor.runtime.purge import Purger
+from supervisor.runtime.rescuer import Rescuer
 from supervisor.runtime.scheduler import Scheduler
 from supervisor.runtime.services import (
     CancelWatch,
@@ -37,7 +38,6 @@ from supervisor.runtime.services import (
     PendingRequeue,
     Registry,
     Requeuer,
-    Rescuer,
     Service,
     TimeoutWatch,
 )

@@ -126,9 +126,10 @@ class QueueVacuum(Service, Readable):
         host = self.host
         if not host.config.database.pooled and not maintenance.try_lock(conn, locks.VACUUM):
             return False
-        return maintenance.claim_turn(
+        claimed = maintenance.claim_turn(
             conn, locks.VACUUM, "vacuum", host.supervisor_id, self.interval
         )
+        return claimed is not None
 
     # -- the loop's side: the result arrives ----------------------------------------------
 

@@ -30,7 +30,7 @@ from supervisor.queue import maintenance
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.metrics_feed import QueueStatsRefresh
 from supervisor.runtime.purge import DROP_RETRY_AFTER, Purger
-from supervisor.runtime.services import Rescuer
+from supervisor.runtime.rescuer import Rescuer
 from tests.commands import ROOT
 from tests.promtext import parse
 
@@ -38,6 +38,7 @@ CONFIG = """
 handlers: {noop: tests.handlers:noop}
 pools: {main: {queues: {default: 1}}}
 purge: {discarded_after: 1d, batch: 400}
+rescue: {interval: 60s, batch: 400}
 history: {enabled: true, keep: 1d}
 """
 
@@ -65,6 +66,18 @@ def _old_dead_letters(conn: psycopg.Connection[Any], count: int) -> None:
         "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, finished_at)"
         " SELECT 'default', 'noop', '{}', 'discarded', 1, now() - interval '30 days'"
         " FROM generate_series(1, %s)",
+        (count,),
+    )
+
+
+def _expired_leases(conn: psycopg.Connection[Any], count: int) -> None:
+    """Jobs a host that died was running: their leases ran out a minute ago."""
+    conn.execute(
+        "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, lease_id, locked_by,"
+        " lease_until, started_at)"
+        " SELECT 'default', 'noop', '{}', 'running', 1, g, 'gone-host:1:x',"
+        " now() - interval '1 minute', now() - interval '2 minutes'"
+        " FROM generate_series(1, %s) AS g",
         (count,),
     )
 
@@ -142,6 +155,61 @@ def test_the_nightly_purge_advances_in_slices_across_turns(
     assert turns >= 3000 // 400  # no slice was larger than purge.batch
     # Done: the next run is at the next purge.at, not at the next turn.
     assert abs(purger.next_due - purger.next_run(time.monotonic())) < 5
+
+
+def test_the_rescuer_advances_in_slices_across_turns(
+    host: Host, conn: psycopg.Connection[Any]
+) -> None:
+    _expired_leases(conn, 3000)
+    rescuer = Rescuer(host, 60.0)
+    rescuer.run(time.monotonic())
+    # Before: the first turn moved all 3000, batch after batch, while the loop waited.
+    running = "SELECT count(*) FROM pgq.jobs WHERE state = 'running'"
+    assert 0 < _count(conn, running) < 3000
+    assert rescuer.running and rescuer.next_due <= time.monotonic() + 0.1
+    turns = 1
+    while rescuer.running:
+        assert turns < 200, "the rescue does not finish"
+        rescuer.run(time.monotonic())
+        turns += 1
+    assert _count(conn, running) == 0
+    assert turns >= 3000 // 400  # no slice was larger than rescue.batch
+    assert host.counters.rescued == 3000
+    assert _metric(host.counters, "pgq_rescuer_runs_total") == 1  # one run, many slices
+    # Done: the next run is an interval away, not at the next turn.
+    assert rescuer.next_due > time.monotonic() + 50
+
+
+def test_a_rescue_run_stops_when_another_supervisor_starts_the_next(
+    host: Host, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    _expired_leases(conn, 3000)
+    other_db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    try:
+        other = Host(other_db, host.config, dsn, supervisor_id="other-supervisor")
+        first, second = Rescuer(host, 60.0), Rescuer(other, 60.0)
+        first.run(time.monotonic())
+        second.run(time.monotonic())
+        # Same interval: the run under way on the first keeps the second from starting one.
+        assert first.running and not second.running
+        first.run(time.monotonic())
+        assert first.running and not second.running
+        # The first's run outlasted its interval: the second starts the next one...
+        conn.execute("UPDATE pgq.maintenance SET last_run_at = now() - interval '1 hour'")
+        second.run(time.monotonic())
+        assert second.running
+        # ...and the first's run stops instead of running beside it.
+        moved = host.counters.rescued
+        first.run(time.monotonic())
+        assert not first.running and host.counters.rescued == moved
+        while second.running:
+            second.run(time.monotonic())
+    finally:
+        other_db.close()
+    assert _count(conn, "SELECT count(*) FROM pgq.jobs WHERE state = 'running'") == 0
+    assert host.counters.rescued + other.counters.rescued == 3000
+    runs = conn.execute("SELECT run_by FROM pgq.maintenance_runs ORDER BY started_at").fetchall()
+    assert runs == [("test-supervisor",), ("other-supervisor",)]
 
 
 def test_only_one_supervisor_starts_the_nightly_purge(
