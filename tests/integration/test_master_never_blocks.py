@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import selectors
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -301,6 +302,22 @@ def test_a_session_the_server_made_read_only_is_reopened(host: Host) -> None:
     host.db.next_attempt = 0.0  # skip the reconnect backoff
     assert host.db.run("write", write) == 0
     assert host.db.conn is not conn
+
+
+def test_a_connect_to_a_silent_host_gives_up_after_libpqs_shortest_timeout() -> None:
+    # A socket that listens and never answers: the kernel completes the handshake, and the
+    # startup packet goes unanswered, as with a host that silently drops traffic.
+    with socket.create_server(("127.0.0.1", 0), backlog=1) as silent:
+        port = silent.getsockname()[1]
+        db = MasterDatabase(
+            f"postgresql://postgres@127.0.0.1:{port}/test", name="master", connect_timeout=30
+        )
+        started = time.monotonic()
+        assert db.connection() is None
+        took = time.monotonic() - started
+    # Before: the master's loop waited the configured 30 s (5 s by default); now libpq's 2 s.
+    assert took < 15, took
+    assert not db.reachable and db.in_outage
 
 
 def test_a_multi_host_dsn_finds_the_writable_server(dsn: str) -> None:
