@@ -59,6 +59,8 @@ NOTIFY_CHANNEL = "pgq_jobs"
 # A turn of the loop busy this long is logged: everything the master does waited behind it.
 SLOW_TURN = 1.0
 NOTABLE_TURN = 0.05  # logged at debug level, with the step that took longest
+# Due services run in a turn until they have taken this long; the rest run at the next turn.
+SERVICES_BUDGET = 0.015
 # Jobs were scheduled for later: the stager reads the earliest run_at again.
 SCHEDULED_CHANNEL = "pgq_scheduled"
 # How often the master looks for cancel requests on its children's jobs: a cancelled running
@@ -317,11 +319,15 @@ class Master:
             self.refill_slots()
 
     def refill_slots(self) -> None:
+        """One fork per turn: a fork copies the master's page tables and costs milliseconds,
+        and a pool of many children forked in one turn would hold the loop for all of them.
+        The next empty slot is due still, so the next turn follows at once."""
         now = time.monotonic()
         for runtime in self.pools.values():
             for slot in runtime.slots:
                 if slot.child is None and now >= slot.next_spawn:
                     self.spawn_into(runtime, slot)
+                    return
 
     def spawn_into(self, runtime: PoolRuntime, slot: Slot) -> None:
         try:
@@ -579,10 +585,18 @@ class Master:
     # -- services, reload, stop ----------------------------------------------------------------
 
     def run_due_services(self) -> None:
+        """The due services, longest overdue first, until the turn has spent SERVICES_BUDGET
+        on them; the others stay due and run at the next turn, which follows at once after
+        signals and reaping. Many services falling due together (at start, after a database
+        outage, beside a purge slice) thus never pile up into one long turn, and the order by
+        due time keeps a service that is due every turn (a purge under way) from starving the
+        ones after it."""
         now = time.monotonic()
-        for service in self.services:
-            if service.due(now):
-                service.run(now)
+        due = sorted((s for s in self.services if s.due(now)), key=lambda s: s.next_due)
+        for service in due:
+            if time.monotonic() - now >= SERVICES_BUDGET:
+                return
+            service.run(now)
 
     def reload(self) -> None:
         from supervisor.config import ConfigError, load_config
