@@ -136,6 +136,7 @@ class Master:
         self.metrics_services: list[Service] = []
         self.title = ""
         self.waited = 0.0  # seconds the current step spent waiting in select
+        self.slowest_service = ""  # the service that took longest in this turn, for the log
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -175,6 +176,8 @@ class Master:
             busy += took
             if took > slowest_took:
                 slowest, slowest_took = step.__name__, took
+                if step == self.run_due_services:  # which service: the step runs many
+                    slowest += f" {self.slowest_service}"
         self.counters.turn(busy)
         if busy >= NOTABLE_TURN:
             log.debug("master: a turn took %.3fs (%s: %.3fs)", busy, slowest, slowest_took)
@@ -593,10 +596,14 @@ class Master:
         ones after it."""
         now = time.monotonic()
         due = sorted((s for s in self.services if s.due(now)), key=lambda s: s.next_due)
+        self.slowest_service, slowest = "", 0.0
         for service in due:
-            if time.monotonic() - now >= SERVICES_BUDGET:
+            started = time.monotonic()
+            if started - now >= SERVICES_BUDGET:
                 return
             service.run(now)
+            if time.monotonic() - started > slowest:
+                self.slowest_service, slowest = service.name, time.monotonic() - started
 
     def reload(self) -> None:
         from supervisor.config import ConfigError, load_config

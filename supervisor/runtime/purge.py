@@ -165,7 +165,11 @@ class Purger(SlicedService[PurgeRun]):
         return now + (target - local_now).total_seconds()
 
     def start(self) -> PurgeRun | None:
-        if not self.host.db.run("purge", self._our_turn):
+        ours = self.host.db.run("purge", self._our_turn)
+        if ours is None:
+            return None  # the database said nothing: the failure is logged, tried tomorrow
+        if not ours:
+            log.info("purge: another supervisor runs today's purge")
             return None
         return PurgeRun(self.host)
 
