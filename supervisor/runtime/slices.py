@@ -66,7 +66,7 @@ class SlicedService(Service, Generic[R]):
     """A periodic duty whose run spans turns. When due and idle, ``start`` begins a run (or
     says not this time: another supervisor has it); while a run is under way the service is
     due again after the pause its last step asked for, and ``finish`` reports a run that
-    ended. A failure in a step leaves the run to go on at its next step."""
+    ended."""
 
     def __init__(self, host: Host, interval: float, *, first_in: float = 0.0) -> None:
         super().__init__(host, interval, first_in=first_in)
@@ -91,7 +91,13 @@ class SlicedService(Service, Generic[R]):
             self.current = self.start()
             if self.current is None:
                 return
-        pause = self.current.step()
+        try:
+            pause = self.current.step()
+        except Exception:
+            # Not the database (a step returns a pause for that): a bug, which would fail
+            # again at every turn. The run is dropped; the next one starts at the next start.
+            self.current = None
+            raise
         if pause is not None:
             self.pause = pause
             return
