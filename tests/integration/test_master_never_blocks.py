@@ -62,6 +62,14 @@ def host(dsn: str) -> Iterator[Host]:
     db.close()
 
 
+@pytest.fixture
+def other(host: Host, dsn: str) -> Iterator[Host]:
+    """A second supervisor on the same database."""
+    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    yield Host(db, host.config, dsn, supervisor_id="other-supervisor")
+    db.close()
+
+
 def _old_dead_letters(conn: psycopg.Connection[Any], count: int) -> None:
     conn.execute(
         "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, finished_at)"
@@ -81,6 +89,16 @@ def _expired_leases(conn: psycopg.Connection[Any], count: int) -> None:
         " FROM generate_series(1, %s) AS g",
         (count,),
     )
+
+
+def _turns_until_done(service: Purger | Rescuer) -> int:
+    """Run a sliced service turn after turn until its run ends; how many turns it took."""
+    turns = 0
+    while service.running:
+        assert turns < 200, f"the {service.name} does not finish"
+        service.run(time.monotonic())
+        turns += 1
+    return turns
 
 
 def _metric(counters: MasterCounters, name: str, **labels: str) -> float:
@@ -145,11 +163,7 @@ def test_the_nightly_purge_advances_in_slices_across_turns(
     left = _count(conn, "SELECT count(*) FROM pgq.jobs")
     assert 0 < left < 3000
     assert purger.running and purger.next_due <= time.monotonic() + 0.1
-    turns = 1
-    while purger.running:
-        assert turns < 200, "the purge does not finish"
-        purger.run(time.monotonic())
-        turns += 1
+    turns = 1 + _turns_until_done(purger)
     assert _count(conn, "SELECT count(*) FROM pgq.jobs") == 0
     assert host.counters.purged == 3000
     assert _metric(host.counters, "pgq_purged_jobs_total") == 3000
@@ -168,11 +182,7 @@ def test_the_rescuer_advances_in_slices_across_turns(
     running = "SELECT count(*) FROM pgq.jobs WHERE state = 'running'"
     assert 0 < _count(conn, running) < 3000
     assert rescuer.running and rescuer.next_due <= time.monotonic() + 0.1
-    turns = 1
-    while rescuer.running:
-        assert turns < 200, "the rescue does not finish"
-        rescuer.run(time.monotonic())
-        turns += 1
+    turns = 1 + _turns_until_done(rescuer)
     assert _count(conn, running) == 0
     assert turns >= 3000 // 400  # no slice was larger than rescue.batch
     assert host.counters.rescued == 3000
@@ -182,31 +192,25 @@ def test_the_rescuer_advances_in_slices_across_turns(
 
 
 def test_a_rescue_run_stops_when_another_supervisor_starts_the_next(
-    host: Host, conn: psycopg.Connection[Any], dsn: str
+    host: Host, other: Host, conn: psycopg.Connection[Any]
 ) -> None:
     _expired_leases(conn, 3000)
-    other_db = MasterDatabase(dsn, name="master", connect_timeout=5)
-    try:
-        other = Host(other_db, host.config, dsn, supervisor_id="other-supervisor")
-        first, second = Rescuer(host, 60.0), Rescuer(other, 60.0)
-        first.run(time.monotonic())
-        second.run(time.monotonic())
-        # Same interval: the run under way on the first keeps the second from starting one.
-        assert first.running and not second.running
-        first.run(time.monotonic())
-        assert first.running and not second.running
-        # The first's run outlasted its interval: the second starts the next one...
-        conn.execute("UPDATE pgq.maintenance SET last_run_at = now() - interval '1 hour'")
-        second.run(time.monotonic())
-        assert second.running
-        # ...and the first's run stops instead of running beside it.
-        moved = host.counters.rescued
-        first.run(time.monotonic())
-        assert not first.running and host.counters.rescued == moved
-        while second.running:
-            second.run(time.monotonic())
-    finally:
-        other_db.close()
+    first, second = Rescuer(host, 60.0), Rescuer(other, 60.0)
+    first.run(time.monotonic())
+    second.run(time.monotonic())
+    # Same interval: the run under way on the first keeps the second from starting one.
+    assert first.running and not second.running
+    first.run(time.monotonic())
+    assert first.running and not second.running
+    # The first's run outlasted its interval: the second starts the next one...
+    conn.execute("UPDATE pgq.maintenance SET last_run_at = now() - interval '1 hour'")
+    second.run(time.monotonic())
+    assert second.running
+    # ...and the first's run stops instead of running beside it.
+    moved = host.counters.rescued
+    first.run(time.monotonic())
+    assert not first.running and host.counters.rescued == moved
+    _turns_until_done(second)
     assert _count(conn, "SELECT count(*) FROM pgq.jobs WHERE state = 'running'") == 0
     assert host.counters.rescued + other.counters.rescued == 3000
     runs = conn.execute("SELECT run_by FROM pgq.maintenance_runs ORDER BY started_at").fetchall()
@@ -214,19 +218,14 @@ def test_a_rescue_run_stops_when_another_supervisor_starts_the_next(
 
 
 def test_only_one_supervisor_starts_the_nightly_purge(
-    host: Host, conn: psycopg.Connection[Any], dsn: str
+    host: Host, other: Host, conn: psycopg.Connection[Any]
 ) -> None:
     _old_dead_letters(conn, 1000)
-    other_db = MasterDatabase(dsn, name="master", connect_timeout=5)
-    try:
-        other = Host(other_db, host.config, dsn, supervisor_id="other-supervisor")
-        first, second = Purger(host), Purger(other)
-        first.run(time.monotonic())
-        second.run(time.monotonic())
-        assert first.running and not second.running
-        assert host.counters.purged > 0 and other.counters.purged == 0
-    finally:
-        other_db.close()
+    first, second = Purger(host), Purger(other)
+    first.run(time.monotonic())
+    second.run(time.monotonic())
+    assert first.running and not second.running
+    assert host.counters.purged > 0 and other.counters.purged == 0
 
 
 def test_a_busy_history_table_makes_the_partition_drop_give_up_at_once(
