@@ -130,6 +130,8 @@ class Master:
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
         self.purger = Purger(self)
+        interval = config.rescue.interval
+        self.rescuer = Rescuer(self, interval, first_in=min(5.0, interval))
         self.vacuum = QueueVacuum(self, self.selector)
         self.stager = Stager(self)
         self.services: list[Service] = []
@@ -231,9 +233,10 @@ class Master:
         config = self.config
         if not self.purger.running:  # purge.at may have changed; a run in progress goes on
             self.purger.next_due = self.purger.next_run(time.monotonic())
+        self.rescuer.interval = config.rescue.interval  # kept, like a rescue under way
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
-            Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
+            self.rescuer,
             self.purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
