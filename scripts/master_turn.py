@@ -36,7 +36,8 @@ import psycopg
 from psycopg import conninfo, sql
 
 ROOT = Path(__file__).resolve().parent.parent
-SLOW_TURN = re.compile(r"master: a turn took (?P<took>[0-9.]+)s \((?P<step>\w+): ")
+# The step that took longest, and for run_due_services the service that did.
+SLOW_TURN = re.compile(r"master: a turn took (?P<took>[0-9.]+)s \((?P<step>\w+(?: [\w ]+)?): ")
 SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 
 

@@ -603,7 +603,17 @@ WITH claimed AS (
 INSERT INTO pgq.maintenance_runs (task, run_by, started_at)
 SELECT task, run_by, last_run_at
 FROM claimed
-RETURNING task;
+RETURNING started_at;
+
+-- name: maintenance_run_current
+-- Whether the run of %(task)s that %(run_by)s started at %(started_at)s is still the task's
+-- latest: a run that spans several turns of its master's loop goes on only while no other
+-- supervisor has started the next interval's run.
+SELECT 1
+FROM pgq.maintenance
+WHERE task = %(task)s
+  AND run_by = %(run_by)s
+  AND last_run_at = %(started_at)s;
 
 -- name: purge_maintenance_runs
 -- Forgets the log of maintenance runs older than %(older_than)s.

@@ -6,7 +6,7 @@ periodic services can log counts and stay silent when nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -99,24 +99,38 @@ def _try_xact_lock(conn: psycopg.Connection[Any], key: int) -> bool:
     return bool(row and row[0])
 
 
-def claim_run(conn: psycopg.Connection[Any], task: str, run_by: str, interval: float) -> bool:
+def claim_run(
+    conn: psycopg.Connection[Any], task: str, run_by: str, interval: float
+) -> datetime | None:
     """Record that ``run_by`` runs the singleton ``task`` now, unless some supervisor ran it
-    within 90% of ``interval`` seconds; True when the caller should run it. Every run claimed
-    is also logged in pgq.maintenance_runs, where a fleet's duties can be audited."""
+    within 90% of ``interval`` seconds; the run's start when the caller should run it, else
+    None. Every run claimed is also logged in pgq.maintenance_runs, where a fleet's duties can
+    be audited."""
     row = conn.execute(
         query("claim_maintenance_run"), {"task": task, "run_by": run_by, "interval": interval * 0.9}
     ).fetchone()
-    return row is not None
+    return row[0] if row is not None else None
 
 
 def claim_turn(
     conn: psycopg.Connection[Any], key: int, task: str, run_by: str, interval: float
-) -> bool:
-    """Whether this supervisor runs ``task`` now: in one transaction, the task's advisory lock
-    (transaction-scoped, so no session state: it works through a transaction pooler and is
-    never left held) and ``claim_run``."""
+) -> datetime | None:
+    """Whether this supervisor runs ``task`` now (the run's start, or None): in one
+    transaction, the task's advisory lock (transaction-scoped, so no session state: it works
+    through a transaction pooler and is never left held) and ``claim_run``."""
     with conn.transaction():
-        return _try_xact_lock(conn, key) and claim_run(conn, task, run_by, interval)
+        if not _try_xact_lock(conn, key):
+            return None
+        return claim_run(conn, task, run_by, interval)
+
+
+def run_is_current(
+    conn: psycopg.Connection[Any], task: str, run_by: str, started_at: datetime
+) -> bool:
+    """Whether the run of ``task`` that ``run_by`` claimed at ``started_at`` is still the
+    latest one: False once another supervisor has claimed the next."""
+    params = {"task": task, "run_by": run_by, "started_at": started_at}
+    return conn.execute(query("maintenance_run_current"), params).fetchone() is not None
 
 
 def forget_maintenance_runs(conn: psycopg.Connection[Any], older_than: datetime) -> int:
@@ -130,27 +144,52 @@ def rescue(
     batch: int = RESCUE_BATCH,
     max_attempts: Mapping[str, int] | None = None,
     history: bool = False,
-    only_if: Callable[[psycopg.Connection[Any]], bool] | None = None,
 ) -> list[Moved] | None:
     """Rescue every expired lease in bounded batches, each its own transaction under the
-    rescuer's transaction-scoped advisory lock (no session state: pooler-safe).
-
-    Returns None when another rescuer holds the lock (it is doing this work right now), or
-    when ``only_if``, asked under the lock in the first transaction, says not to run this time.
-    """
+    rescuer's transaction-scoped advisory lock (no session state: pooler-safe). Returns None
+    when another rescuer holds the lock (it is doing this work right now). The supervisor's
+    rescuer does the same one batch per turn of its loop (``rescue_slice``)."""
     moved: list[Moved] = []
     first = True
     while True:
         with conn.transaction():
             if not _try_xact_lock(conn, locks.RESCUE):
                 return None if first else moved  # another rescuer took over between batches
-            if first and only_if is not None and not only_if(conn):
-                return None
             chunk = rescue_batch(conn, limit=batch, max_attempts=max_attempts, history=history)
         first = False
         moved.extend(chunk)
         if len(chunk) < batch:
             return moved
+
+
+@dataclass(frozen=True)
+class RescueSlice:
+    """One batch of a rescuer run: the jobs it moved, and whether the run is still current
+    (False: another supervisor holds the rescuer's lock or has started the next run)."""
+
+    moved: list[Moved]
+    current: bool
+
+
+def rescue_slice(
+    conn: psycopg.Connection[Any],
+    run_by: str,
+    started_at: datetime,
+    *,
+    limit: int = RESCUE_BATCH,
+    max_attempts: Mapping[str, int] | None = None,
+    history: bool = False,
+) -> RescueSlice:
+    """One batch of the rescuer run that ``run_by`` claimed at ``started_at`` (``claim_turn``
+    on "rescue"), in its own transaction under the rescuer's advisory lock, and only while that
+    run is still the latest: a run spread over many turns never overlaps the next one."""
+    with conn.transaction():
+        if not _try_xact_lock(conn, locks.RESCUE) or not run_is_current(
+            conn, "rescue", run_by, started_at
+        ):
+            return RescueSlice([], current=False)
+        moved = rescue_batch(conn, limit=limit, max_attempts=max_attempts, history=history)
+    return RescueSlice(moved, current=True)
 
 
 def purge_discarded_slice(

@@ -9,6 +9,13 @@ Every session gets a statement and lock timeout: the master's statements take mi
 one that waits longer (a lock held by someone else, a server in trouble) is cut short instead
 of holding up lease renewal, reaping and signals. A session the server made read-only (a
 failover demoted it) or ended is dropped and reopened, like a broken one.
+
+Connecting is the one wait the loop cannot hand off. A host that silently drops packets makes
+a connect wait for its whole timeout, so every session the loop opens uses libpq's shortest
+(``LOOP_CONNECT_TIMEOUT``), whatever ``database.connect_timeout`` says (the children and the
+verbs, which can afford to wait, keep that one). Not a connect driven from the selector: psycopg
+has no public non-blocking connect (its own splits a multi-host DSN into attempts and resolves
+names, blocking, before libpq starts), and a thread is not allowed in the master.
 """
 
 from __future__ import annotations
@@ -33,6 +40,13 @@ RETRY_CAP = 10.0
 # is cancelled by the server and retried by its service at its next turn.
 STATEMENT_TIMEOUT = "5s"
 LOCK_TIMEOUT = "1s"
+# libpq's (and psycopg's) shortest connect timeout; a multi-host DSN waits it once per host.
+LOOP_CONNECT_TIMEOUT = 2.0
+
+
+def loop_connect_timeout(configured: float) -> float:
+    """The connect timeout of a session opened in the master's loop."""
+    return min(configured, LOOP_CONNECT_TIMEOUT)
 
 
 class MasterDatabase:
@@ -48,7 +62,7 @@ class MasterDatabase:
         self.dsn = dsn
         self.on_connect = on_connect
         self.name = name
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = loop_connect_timeout(connect_timeout)
         self.pooled = pooled
         self.conn: psycopg.Connection[Any] | None = None
         self.next_attempt = 0.0
@@ -64,6 +78,11 @@ class MasterDatabase:
 
     def fileno(self) -> int | None:
         return self.conn.fileno() if self.conn is not None else None
+
+    @property
+    def in_outage(self) -> bool:
+        """The last connect or statement found the database gone, and none has worked since."""
+        return self.down_since is not None
 
     def connection(self) -> psycopg.Connection[Any] | None:
         if self.conn is not None and not self.conn.closed:

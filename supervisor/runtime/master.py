@@ -29,6 +29,7 @@ from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
 from supervisor.runtime.pending import Readable
 from supervisor.runtime.purge import Purger
+from supervisor.runtime.rescuer import Rescuer
 from supervisor.runtime.scheduler import Scheduler
 from supervisor.runtime.services import (
     CancelWatch,
@@ -37,7 +38,6 @@ from supervisor.runtime.services import (
     PendingRequeue,
     Registry,
     Requeuer,
-    Rescuer,
     Service,
     TimeoutWatch,
 )
@@ -59,6 +59,8 @@ NOTIFY_CHANNEL = "pgq_jobs"
 # A turn of the loop busy this long is logged: everything the master does waited behind it.
 SLOW_TURN = 1.0
 NOTABLE_TURN = 0.05  # logged at debug level, with the step that took longest
+# Due services run in a turn until they have taken this long; the rest run at the next turn.
+SERVICES_BUDGET = 0.015
 # Jobs were scheduled for later: the stager reads the earliest run_at again.
 SCHEDULED_CHANNEL = "pgq_scheduled"
 # How often the master looks for cancel requests on its children's jobs: a cancelled running
@@ -128,12 +130,15 @@ class Master:
         self.selector = selectors.DefaultSelector()
         self.requeuer = Requeuer(self, interval=1.0)
         self.purger = Purger(self)
+        interval = config.rescue.interval
+        self.rescuer = Rescuer(self, interval, first_in=min(5.0, interval))
         self.vacuum = QueueVacuum(self, self.selector)
         self.stager = Stager(self)
         self.services: list[Service] = []
         self.metrics_services: list[Service] = []
         self.title = ""
         self.waited = 0.0  # seconds the current step spent waiting in select
+        self.slowest_service = ""  # the service that took longest in this turn, for the log
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -173,6 +178,8 @@ class Master:
             busy += took
             if took > slowest_took:
                 slowest, slowest_took = step.__name__, took
+                if step == self.run_due_services:  # which service: the step runs many
+                    slowest += f" {self.slowest_service}"
         self.counters.turn(busy)
         if busy >= NOTABLE_TURN:
             log.debug("master: a turn took %.3fs (%s: %.3fs)", busy, slowest, slowest_took)
@@ -226,9 +233,10 @@ class Master:
         config = self.config
         if not self.purger.running:  # purge.at may have changed; a run in progress goes on
             self.purger.next_due = self.purger.next_run(time.monotonic())
+        self.rescuer.interval = config.rescue.interval  # kept, like a rescue under way
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
-            Rescuer(self, config.rescue.interval, first_in=min(5.0, config.rescue.interval)),
+            self.rescuer,
             self.purger,
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
@@ -317,11 +325,15 @@ class Master:
             self.refill_slots()
 
     def refill_slots(self) -> None:
+        """One fork per turn: a fork copies the master's page tables and costs milliseconds,
+        and a pool of many children forked in one turn would hold the loop for all of them.
+        The next empty slot is due still, so the next turn follows at once."""
         now = time.monotonic()
         for runtime in self.pools.values():
             for slot in runtime.slots:
                 if slot.child is None and now >= slot.next_spawn:
                     self.spawn_into(runtime, slot)
+                    return
 
     def spawn_into(self, runtime: PoolRuntime, slot: Slot) -> None:
         try:
@@ -579,10 +591,22 @@ class Master:
     # -- services, reload, stop ----------------------------------------------------------------
 
     def run_due_services(self) -> None:
+        """The due services, longest overdue first, until the turn has spent SERVICES_BUDGET
+        on them; the others stay due and run at the next turn, which follows at once after
+        signals and reaping. Many services falling due together (at start, after a database
+        outage, beside a purge slice) thus never pile up into one long turn, and the order by
+        due time keeps a service that is due every turn (a purge under way) from starving the
+        ones after it."""
         now = time.monotonic()
-        for service in self.services:
-            if service.due(now):
-                service.run(now)
+        due = sorted((s for s in self.services if s.due(now)), key=lambda s: s.next_due)
+        self.slowest_service, slowest = "", 0.0
+        for service in due:
+            started = time.monotonic()
+            if started - now >= SERVICES_BUDGET:
+                return
+            service.run(now)
+            if time.monotonic() - started > slowest:
+                self.slowest_service, slowest = service.name, time.monotonic() - started
 
     def reload(self) -> None:
         from supervisor.config import ConfigError, load_config

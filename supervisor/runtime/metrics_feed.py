@@ -18,7 +18,7 @@ from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
-from supervisor.runtime.database import bound_session
+from supervisor.runtime.database import bound_session, loop_connect_timeout
 from supervisor.runtime.pending import PendingStatement, Readable
 from supervisor.runtime.services import Host, Service
 
@@ -71,12 +71,16 @@ class QueueStatsRefresh(Service, Readable):
     def _session(self) -> psycopg.Connection[Any] | None:
         if self.conn is not None and not self.conn.closed:
             return self.conn
+        if self.host.db.in_outage:
+            # The master's own session knows of the outage and retries with backoff; a connect
+            # here every refresh would hold the loop for its timeout each time.
+            return None
         try:
             pooled = self.host.config.database.pooled
             conn = connect(
                 self.host.dsn,
                 application_name="pgq-supervisor stats",
-                connect_timeout=self.host.config.database.connect_timeout,
+                connect_timeout=loop_connect_timeout(self.host.config.database.connect_timeout),
                 pooled=pooled,
             )
             bound_session(conn, STATS_TIMEOUT, STATS_TIMEOUT, pooled=pooled)

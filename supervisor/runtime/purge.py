@@ -1,4 +1,4 @@
-"""The nightly purge, in slices: one bounded step per turn of the master's loop.
+"""The nightly purge, in slices (``slices.py``): one bounded step per turn of the master's loop.
 
 At ``purge.at`` (local time) one supervisor of those sharing the database deletes dead letters
 older than ``purge.discarded_after``, keeps the coming days' history partitions made, drops the
@@ -20,20 +20,16 @@ from typing import Any
 import psycopg
 
 from supervisor.queue import locks, maintenance
-from supervisor.runtime.services import Host, Service
+from supervisor.runtime.services import Host
+from supervisor.runtime.slices import STEP_RETRY_AFTER, SlicedService, SliceSize
 
 log = logging.getLogger("pgq.master")
 
-# How long one slice should take; the slice size follows what the last one took.
-SLICE_SECONDS = 0.01
-MIN_SLICE = 100
 # A busy partition is tried again after this long, this many times, then left for tomorrow.
 DROP_RETRY_AFTER = 30.0
 DROP_TRIES = 20
 # How long the log of singleton maintenance runs (pgq.maintenance_runs) is kept.
 MAINTENANCE_LOG_KEEP = timedelta(days=7)
-# After a failed step (database down, a timeout), the run waits this long before going on.
-STEP_RETRY_AFTER = 5.0
 
 
 class PurgeRun:
@@ -46,9 +42,7 @@ class PurgeRun:
         self.host = host
         self.dead_before = now - timedelta(seconds=config.purge.discarded_after)
         self.history_before = now - timedelta(seconds=config.history.keep)
-        self.most = config.purge.batch
-        self.limit = min(self.most, 1000)
-        self.limit_used = self.limit
+        self.size = SliceSize(config.purge.batch)
         self.purged = 0
         self.dropped = 0
         self.drop_tries = 0
@@ -142,49 +136,27 @@ class PurgeRun:
     ) -> float | None:
         """One slice of a stage that deletes rows: again at the next turn while slices come
         back full, done when one comes back short."""
-        deleted = self._slice(what, delete)
+        deleted = self.size.take(
+            lambda limit: self.host.db.run(what, lambda conn: delete(conn, limit)), rows=int
+        )
         if deleted is None:
             return STEP_RETRY_AFTER
         if counted:  # dead letters, shown as pgq_purged_jobs_total as they go
             self.purged += deleted
             self.host.counters.purged += deleted
-        return 0.0 if deleted >= self.limit_used else None
-
-    def _slice(
-        self, what: str, delete: Callable[[psycopg.Connection[Any], int], int]
-    ) -> int | None:
-        """One DELETE of at most ``self.limit`` rows; the next limit is scaled so a slice takes
-        about SLICE_SECONDS (between MIN_SLICE and purge.batch rows). It shrinks at once after
-        a slow slice but grows by half at most after a fast one: one slice that found
-        everything cached must not make the next one five times as long."""
-        self.limit_used = limit = self.limit
-        started = time.monotonic()
-        deleted = self.host.db.run(what, lambda conn: delete(conn, limit))
-        took = max(time.monotonic() - started, 1e-4)
-        if deleted is not None and deleted >= limit:
-            scaled = min(limit * SLICE_SECONDS / took, limit * 1.5)
-            self.limit = max(MIN_SLICE, min(self.most, int(scaled)))
-        return deleted
+        return 0.0 if self.size.full(deleted) else None
 
 
-class Purger(Service):
+class Purger(SlicedService[PurgeRun]):
     """Starts a purge run once a day at purge.at, then advances it one step per turn."""
 
     name = "purge"
 
     def __init__(self, host: Host) -> None:
         super().__init__(host, 86400.0)
-        self.current: PurgeRun | None = None
-        self.pause = 0.0
         self.next_due = self.next_run(time.monotonic())  # at purge.at, not at start
 
-    @property
-    def running(self) -> bool:
-        return self.current is not None
-
-    def next_run(self, now: float) -> float:
-        if self.current is not None:
-            return now + self.pause
+    def next_start(self, now: float) -> float:
         at = self.host.config.purge.at
         local_now = datetime.now().astimezone()
         target = local_now.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
@@ -192,16 +164,16 @@ class Purger(Service):
             target += timedelta(days=1)
         return now + (target - local_now).total_seconds()
 
-    def run_once(self) -> None:
-        if self.current is None:
-            if not self.host.db.run("purge", self._our_turn):
-                return
-            self.current = PurgeRun(self.host)
-        pause = self.current.step()
-        if pause is not None:
-            self.pause = pause
-            return
-        run, self.current = self.current, None
+    def start(self) -> PurgeRun | None:
+        ours = self.host.db.run("purge", self._our_turn)
+        if ours is None:
+            return None  # the database said nothing: the failure is logged, tried tomorrow
+        if not ours:
+            log.info("purge: another supervisor runs today's purge")
+            return None
+        return PurgeRun(self.host)
+
+    def finish(self, run: PurgeRun) -> None:
         log.info(
             "purge: deleted %d dead letters older than %s and dropped %d history partitions "
             "in %.1fs",
@@ -213,4 +185,7 @@ class Purger(Service):
 
     def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
         """Once a day across every supervisor on the database: the first to record the run."""
-        return maintenance.claim_turn(conn, locks.PURGE, "purge", self.host.supervisor_id, 3600.0)
+        claimed = maintenance.claim_turn(
+            conn, locks.PURGE, "purge", self.host.supervisor_id, 3600.0
+        )
+        return claimed is not None

@@ -10,9 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-import psycopg
+from typing import TYPE_CHECKING, Protocol
 
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import control, maintenance
@@ -87,48 +85,6 @@ class LeaseRenewal(Service):
                     conn, workers, lease_seconds=self.host.config.lease.duration
                 ),
             )
-
-
-class Rescuer(Service):
-    """Returns jobs whose lease expired to their queue (a host that died, a partition). With
-    several supervisors on one database, the advisory lock and the maintenance record make one
-    of them run it once per interval."""
-
-    name = "rescuer"
-
-    def run_once(self) -> None:
-        host = self.host
-        moved = host.db.run("rescuer", self._rescue)
-        if not moved:
-            return
-        discarded = [m for m in moved if m.state == "discarded"]
-        host.counters.rescued += len(moved) - len(discarded)
-        host.counters.rescued_discarded += len(discarded)
-        log.warning(
-            "rescuer: %d jobs with expired leases returned to their queues, %d "
-            "discarded (no attempts left): %s",
-            len(moved) - len(discarded),
-            len(discarded),
-            ", ".join(f"{m.kind} job {m.id} ({m.queue})" for m in moved[:10]),
-        )
-
-    def _rescue(self, conn: psycopg.Connection[Any]) -> list[maintenance.Moved] | None:
-        config = self.host.config
-        return maintenance.rescue(
-            conn,
-            batch=config.rescue.batch,
-            max_attempts=config.max_attempts_overrides(),
-            history=config.history.enabled,
-            only_if=self._our_turn,
-        )
-
-    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
-        """Once per interval across every supervisor on the database, not once per host."""
-        if not maintenance.claim_run(conn, "rescue", self.host.supervisor_id, self.interval):
-            return False
-        self.host.counters.rescuer_runs += 1
-        log.debug("rescuer: running (supervisor %s)", self.host.supervisor_id)
-        return True
 
 
 class MemoryWatch(Service):

@@ -30,6 +30,7 @@ from supervisor.config import VacuumConfig
 from supervisor.queue import locks, maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
+from supervisor.runtime.database import loop_connect_timeout
 from supervisor.runtime.pending import PendingStatement, Readable
 from supervisor.runtime.services import Service
 
@@ -96,7 +97,7 @@ class QueueVacuum(Service, Readable):
             conn = connect(
                 self.host.dsn,
                 application_name="pgq-supervisor vacuum",
-                connect_timeout=config.database.connect_timeout,
+                connect_timeout=loop_connect_timeout(config.database.connect_timeout),
                 pooled=config.database.pooled,
             )
         except DatabaseError as exc:
@@ -126,9 +127,10 @@ class QueueVacuum(Service, Readable):
         host = self.host
         if not host.config.database.pooled and not maintenance.try_lock(conn, locks.VACUUM):
             return False
-        return maintenance.claim_turn(
+        claimed = maintenance.claim_turn(
             conn, locks.VACUUM, "vacuum", host.supervisor_id, self.interval
         )
+        return claimed is not None
 
     # -- the loop's side: the result arrives ----------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import selectors
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from supervisor.queue import maintenance
 from supervisor.runtime.database import MasterDatabase
 from supervisor.runtime.metrics_feed import QueueStatsRefresh
 from supervisor.runtime.purge import DROP_RETRY_AFTER, Purger
-from supervisor.runtime.services import Rescuer
+from supervisor.runtime.rescuer import Rescuer
 from tests.commands import ROOT
 from tests.promtext import parse
 
@@ -38,6 +39,7 @@ CONFIG = """
 handlers: {noop: tests.handlers:noop}
 pools: {main: {queues: {default: 1}}}
 purge: {discarded_after: 1d, batch: 400}
+rescue: {interval: 60s, batch: 400}
 history: {enabled: true, keep: 1d}
 """
 
@@ -60,6 +62,14 @@ def host(dsn: str) -> Iterator[Host]:
     db.close()
 
 
+@pytest.fixture
+def other(host: Host, dsn: str) -> Iterator[Host]:
+    """A second supervisor on the same database."""
+    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    yield Host(db, host.config, dsn, supervisor_id="other-supervisor")
+    db.close()
+
+
 def _old_dead_letters(conn: psycopg.Connection[Any], count: int) -> None:
     conn.execute(
         "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, finished_at)"
@@ -67,6 +77,28 @@ def _old_dead_letters(conn: psycopg.Connection[Any], count: int) -> None:
         " FROM generate_series(1, %s)",
         (count,),
     )
+
+
+def _expired_leases(conn: psycopg.Connection[Any], count: int) -> None:
+    """Jobs a host that died was running: their leases ran out a minute ago."""
+    conn.execute(
+        "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, lease_id, locked_by,"
+        " lease_until, started_at)"
+        " SELECT 'default', 'noop', '{}', 'running', 1, g, 'gone-host:1:x',"
+        " now() - interval '1 minute', now() - interval '2 minutes'"
+        " FROM generate_series(1, %s) AS g",
+        (count,),
+    )
+
+
+def _turns_until_done(service: Purger | Rescuer) -> int:
+    """Run a sliced service turn after turn until its run ends; how many turns it took."""
+    turns = 0
+    while service.running:
+        assert turns < 200, f"the {service.name} does not finish"
+        service.run(time.monotonic())
+        turns += 1
+    return turns
 
 
 def _metric(counters: MasterCounters, name: str, **labels: str) -> float:
@@ -131,11 +163,7 @@ def test_the_nightly_purge_advances_in_slices_across_turns(
     left = _count(conn, "SELECT count(*) FROM pgq.jobs")
     assert 0 < left < 3000
     assert purger.running and purger.next_due <= time.monotonic() + 0.1
-    turns = 1
-    while purger.running:
-        assert turns < 200, "the purge does not finish"
-        purger.run(time.monotonic())
-        turns += 1
+    turns = 1 + _turns_until_done(purger)
     assert _count(conn, "SELECT count(*) FROM pgq.jobs") == 0
     assert host.counters.purged == 3000
     assert _metric(host.counters, "pgq_purged_jobs_total") == 3000
@@ -144,20 +172,60 @@ def test_the_nightly_purge_advances_in_slices_across_turns(
     assert abs(purger.next_due - purger.next_run(time.monotonic())) < 5
 
 
+def test_the_rescuer_advances_in_slices_across_turns(
+    host: Host, conn: psycopg.Connection[Any]
+) -> None:
+    _expired_leases(conn, 3000)
+    rescuer = Rescuer(host, 60.0)
+    rescuer.run(time.monotonic())
+    # Before: the first turn moved all 3000, batch after batch, while the loop waited.
+    running = "SELECT count(*) FROM pgq.jobs WHERE state = 'running'"
+    assert 0 < _count(conn, running) < 3000
+    assert rescuer.running and rescuer.next_due <= time.monotonic() + 0.1
+    turns = 1 + _turns_until_done(rescuer)
+    assert _count(conn, running) == 0
+    assert turns >= 3000 // 400  # no slice was larger than rescue.batch
+    assert host.counters.rescued == 3000
+    assert _metric(host.counters, "pgq_rescuer_runs_total") == 1  # one run, many slices
+    # Done: the next run is an interval away, not at the next turn.
+    assert rescuer.next_due > time.monotonic() + 50
+
+
+def test_a_rescue_run_stops_when_another_supervisor_starts_the_next(
+    host: Host, other: Host, conn: psycopg.Connection[Any]
+) -> None:
+    _expired_leases(conn, 3000)
+    first, second = Rescuer(host, 60.0), Rescuer(other, 60.0)
+    first.run(time.monotonic())
+    second.run(time.monotonic())
+    # Same interval: the run under way on the first keeps the second from starting one.
+    assert first.running and not second.running
+    first.run(time.monotonic())
+    assert first.running and not second.running
+    # The first's run outlasted its interval: the second starts the next one...
+    conn.execute("UPDATE pgq.maintenance SET last_run_at = now() - interval '1 hour'")
+    second.run(time.monotonic())
+    assert second.running
+    # ...and the first's run stops instead of running beside it.
+    moved = host.counters.rescued
+    first.run(time.monotonic())
+    assert not first.running and host.counters.rescued == moved
+    _turns_until_done(second)
+    assert _count(conn, "SELECT count(*) FROM pgq.jobs WHERE state = 'running'") == 0
+    assert host.counters.rescued + other.counters.rescued == 3000
+    runs = conn.execute("SELECT run_by FROM pgq.maintenance_runs ORDER BY started_at").fetchall()
+    assert runs == [("test-supervisor",), ("other-supervisor",)]
+
+
 def test_only_one_supervisor_starts_the_nightly_purge(
-    host: Host, conn: psycopg.Connection[Any], dsn: str
+    host: Host, other: Host, conn: psycopg.Connection[Any]
 ) -> None:
     _old_dead_letters(conn, 1000)
-    other_db = MasterDatabase(dsn, name="master", connect_timeout=5)
-    try:
-        other = Host(other_db, host.config, dsn, supervisor_id="other-supervisor")
-        first, second = Purger(host), Purger(other)
-        first.run(time.monotonic())
-        second.run(time.monotonic())
-        assert first.running and not second.running
-        assert host.counters.purged > 0 and other.counters.purged == 0
-    finally:
-        other_db.close()
+    first, second = Purger(host), Purger(other)
+    first.run(time.monotonic())
+    second.run(time.monotonic())
+    assert first.running and not second.running
+    assert host.counters.purged > 0 and other.counters.purged == 0
 
 
 def test_a_busy_history_table_makes_the_partition_drop_give_up_at_once(
@@ -233,6 +301,22 @@ def test_a_session_the_server_made_read_only_is_reopened(host: Host) -> None:
     host.db.next_attempt = 0.0  # skip the reconnect backoff
     assert host.db.run("write", write) == 0
     assert host.db.conn is not conn
+
+
+def test_a_connect_to_a_silent_host_gives_up_after_libpqs_shortest_timeout() -> None:
+    # A socket that listens and never answers: the kernel completes the handshake, and the
+    # startup packet goes unanswered, as with a host that silently drops traffic.
+    with socket.create_server(("127.0.0.1", 0), backlog=1) as silent:
+        port = silent.getsockname()[1]
+        db = MasterDatabase(
+            f"postgresql://postgres@127.0.0.1:{port}/test", name="master", connect_timeout=30
+        )
+        started = time.monotonic()
+        assert db.connection() is None
+        took = time.monotonic() - started
+    # Before: the master's loop waited the configured 30 s (5 s by default); now libpq's 2 s.
+    assert took < 15, took
+    assert not db.reachable and db.in_outage
 
 
 def test_a_multi_host_dsn_finds_the_writable_server(dsn: str) -> None:

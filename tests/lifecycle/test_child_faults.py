@@ -274,6 +274,18 @@ def test_a_claim_lost_with_the_connection_is_given_back_by_the_live_child(
         lambda: query(ledger, "SELECT worker_id FROM pgq.workers WHERE pool = 'main' LIMIT 1"),
         what="child registered",
     )[0][0]
+    # The child is in its loop: it has claimed once (its session's last statement). The master
+    # registers a child as it forks it; staged before the child's first connect is done, the
+    # terminate below can land on the very give-back under test, whose reply is then lost
+    # after it committed, so the job goes back unannounced.
+    wait_for(
+        lambda: scalar(
+            ledger,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+            "'pgq-supervisor main#1' AND query LIKE '%%SKIP LOCKED%%'",
+        ),
+        what=f"the child's first claim\n{sup.log()}",
+    )
     with psycopg.connect(ledger, autocommit=True) as conn:
         # What the lost claim left behind: the job is the child's on paper only (written in
         # one transaction, so the child cannot claim it for real in between).

@@ -4,6 +4,7 @@ of their own (tests/lifecycle/own_server.py), never the shared one."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -126,7 +127,13 @@ def test_database_lost_mid_run_loses_nothing_and_recovers(
         what="some jobs done",
     )
     server.stop()
-    time.sleep(4.0)  # children and master find the database gone, and keep trying
+    # Children and master find the database gone, and keep trying.
+    sup.wait_log("database unreachable (master)")
+    for slot in (1, 2):
+        wait_for(
+            lambda slot=slot: re.search(rf"main#{slot}: .*; retrying", sup.log()),
+            what=f"main#{slot} reconnecting\n{sup.log()}",
+        )
     assert sup.proc is not None and sup.proc.poll() is None, sup.log()
     server.start()
     wait_for(lambda: scalar(server.dsn, "SELECT count(*) FROM pgq.jobs") == 0, 90, what="drain")

@@ -10,12 +10,13 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 
 from supervisor import NewJob, enqueue, enqueue_many
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
+from tests.lifecycle.test_metrics import free_port, scrape
 
 
 def _enqueue(dsn: str, jobs: list[NewJob]) -> list[int]:
@@ -249,19 +250,30 @@ def test_idle_children_wake_within_milliseconds_of_the_commit(
 def test_a_threaded_child_with_a_free_thread_is_woken_while_others_run(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:
-    sup = supervisor("""
-        handlers: {sleep: tests.handlers:sleep, record: tests.handlers:record}
+    port = free_port()
+    sup = supervisor(f"""
+        handlers: {{sleep: tests.handlers:sleep, record: tests.handlers:record}}
         pools:
-          hooks: {processes: 1, threads: 4, queues: {default: 1}, poll_interval: 30s}
+          hooks: {{processes: 1, threads: 4, queues: {{default: 1}}, poll_interval: 30s}}
+        metrics: {{port: {port}}}
     """).start()
     sup.wait_children(1)
+
+    def empty_claims() -> float:
+        return scrape(port).value("pgq_claims_empty_total", pool="hooks")
+
+    # The child has looked once, found nothing, and waits (its next poll is 15-30 s away).
+    wait_for(lambda: empty_claims() >= 1, timeout=15, what="the child's first claim")
+    before = empty_claims()
     _enqueue(ledger, [NewJob("sleep", {"seconds": 20})])
     wait_for(
         lambda: scalar(ledger, "SELECT count(*) FROM test_ledger WHERE event = 'started'"),
         timeout=15,
         what="the long job started",
     )
-    time.sleep(0.5)  # the child is back in its wait, one thread busy and three free
+    # After claiming the long job the child claims again with its free threads, finds nothing
+    # and goes back to its wait: one thread busy and three free.
+    wait_for(lambda: empty_claims() > before, timeout=15, what="the child back in its wait")
     with psycopg.connect(ledger, autocommit=True) as conn:
         job_id = enqueue(conn, "record")
         (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
@@ -315,6 +327,52 @@ def test_two_supervisors_share_the_work_and_one_rescuer(
     assert len(stamps) >= 3
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert min(gaps) >= 0.85, gaps  # exactly one rescuer per interval across both hosts
+
+
+def test_the_nightly_purge_runs_at_purge_at_on_exactly_one_of_two_supervisors(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        for age, count in (("30 days", 500), ("1 day", 5)):
+            conn.execute(
+                "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, finished_at)"
+                " SELECT 'default', 'noop', '{}', 'discarded', 1, now() - %s::interval"
+                " FROM generate_series(1, %s)",
+                (age, count),
+            )
+    # purge.at is a minute of the day: the first whole minute at least 10 s away (the two
+    # supervisors start first; they must be waiting for it, not catching it up).
+    at = (datetime.now().astimezone() + timedelta(seconds=70)).replace(second=0, microsecond=0)
+    yaml_text = f"""
+        handlers: {{noop: tests.handlers:noop}}
+        pools:
+          main: {{processes: 1, queues: {{default: 1}}}}
+        purge: {{at: "{at:%H:%M}", discarded_after: 14d}}
+        log: {{level: debug}}
+    """
+    first = supervisor(yaml_text).start()
+    second = supervisor(yaml_text).start()
+    first.wait_log("started: 1 pools")
+    second.wait_log("started: 1 pools")
+    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 505  # not before purge.at
+    wait_for(lambda: "purge: deleted" in first.log() + second.log(), timeout=150, what="the purge")
+    # Both purgers woke at purge.at; the one that did not win says so.
+    wait_for(
+        lambda: "purge: another supervisor" in first.log() + second.log(),
+        timeout=30,
+        what="the other supervisor's purger stood down",
+    )
+    assert first.stop() == 0 and second.stop() == 0
+    runs = query(ledger, "SELECT run_by, started_at FROM pgq.maintenance_runs WHERE task = 'purge'")
+    assert len(runs) == 1, runs
+    (run_by, started_at), logs = runs[0], (first.log(), second.log())
+    assert started_at >= at
+    ran = [log for log in logs if "purge: deleted 500 dead letters older than 14 days" in log]
+    assert len(ran) == 1 and f"supervisor {run_by} started" in ran[0]
+    assert sum("purge: deleted" in log for log in logs) == 1
+    # The month-old dead letters are gone; the day-old ones stay.
+    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 5
+    assert scalar(ledger, "SELECT max(now() - finished_at) < interval '2 days' FROM pgq.jobs")
 
 
 def test_the_master_vacuums_the_queue_table_when_dead_rows_pile_up(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from supervisor.config import parse_config
 from supervisor.runtime.children import Slot
-from supervisor.runtime.master import Master, PoolRuntime
+from supervisor.runtime.master import SERVICES_BUDGET, Master, PoolRuntime
+from supervisor.runtime.services import Service
 
 YAML = """
 handlers: {k: tests.handlers:noop}
@@ -30,6 +33,7 @@ def _master(monkeypatch: pytest.MonkeyPatch) -> tuple[Master, list[Slot]]:
 
     def spawn_into(runtime: PoolRuntime, slot: Slot) -> None:
         spawned.append(slot)
+        slot.next_spawn = float("inf")  # filled, as far as the loop can tell
 
     monkeypatch.setattr(master, "spawn_into", spawn_into)
     for step in QUIET_STEPS:
@@ -37,9 +41,12 @@ def _master(monkeypatch: pytest.MonkeyPatch) -> tuple[Master, list[Slot]]:
     return master, spawned
 
 
-def test_empty_slots_are_refilled_in_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_empty_slots_are_refilled_one_per_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     master, spawned = _master(monkeypatch)
     monkeypatch.setattr(master, "handle_signals", lambda: None)
+    master.turn()
+    # One fork per turn: forks do not pile up into one long turn.
+    assert [(s.pool, s.index) for s in spawned] == [("main", 1)]
     master.turn()
     assert [(s.pool, s.index) for s in spawned] == [("main", 1), ("main", 2)]
 
@@ -55,3 +62,34 @@ def test_a_sigterm_handled_in_a_turn_leaves_the_empty_slots_empty(
     master.turn()
     assert master.stopping
     assert spawned == []
+
+
+class _Slow(Service):
+    """A service that takes longer than a turn's budget for services, due again at once."""
+
+    def __init__(self, master: Master, name: str, ran: list[str], due_in: float) -> None:
+        super().__init__(master, interval=0.0, first_in=due_in)
+        self.name = name
+        self.ran = ran
+
+    def run_once(self) -> None:
+        self.ran.append(self.name)
+        time.sleep(SERVICES_BUDGET * 2)
+
+
+def test_due_services_are_spread_over_turns_longest_overdue_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    master, _ = _master(monkeypatch)
+    ran: list[str] = []
+    # Overdue by 3 s, 2 s and 1 s; each is due again at once after it ran (a purge under way).
+    master.services = [
+        _Slow(master, name, ran, -age) for name, age in (("a", 1), ("b", 3), ("c", 2))
+    ]
+    for _ in range(3):
+        Master.run_due_services(master)
+    # One per turn, as each takes longer than the budget, in order of how long each waited.
+    assert ran == ["b", "c", "a"]
+    # "b" ran first and is due again, but "c" and "a" have waited longer since: no starving.
+    Master.run_due_services(master)
+    assert ran[3] == "b"
