@@ -26,7 +26,7 @@ from supervisor.config.units import (
 
 T = TypeVar("T")
 
-_CLOCK = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
+_CLOCK = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
 # The longest name (of a queue, a kind, a schedule) a setting may hold.
 MAX_NAME = 200
 
@@ -251,5 +251,5 @@ def clock(reader: Reader, node: Node) -> time:
     value = raw if raw is not None else reader.text(node, 'a time like "03:00"')
     match = _CLOCK.fullmatch(value) if isinstance(value, str) else None
     if match is None:
-        raise Bad('must be a 24-hour time like "03:00" (HH:MM)', value)
-    return time(int(match.group(1)), int(match.group(2)))
+        raise Bad('must be a 24-hour time like "03:00" (HH:MM, or HH:MM:SS)', value)
+    return time(int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))

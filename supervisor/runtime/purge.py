@@ -159,7 +159,7 @@ class Purger(SlicedService[PurgeRun]):
     def next_start(self, now: float) -> float:
         at = self.host.config.purge.at
         local_now = datetime.now().astimezone()
-        target = local_now.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
+        target = local_now.replace(hour=at.hour, minute=at.minute, second=at.second, microsecond=0)
         if target <= local_now:
             target += timedelta(days=1)
         return now + (target - local_now).total_seconds()

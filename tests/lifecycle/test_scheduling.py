@@ -340,14 +340,14 @@ def test_the_nightly_purge_runs_at_purge_at_on_exactly_one_of_two_supervisors(
                 " FROM generate_series(1, %s)",
                 (age, count),
             )
-    # purge.at is a minute of the day: the first whole minute at least 10 s away (the two
-    # supervisors start first; they must be waiting for it, not catching it up).
-    at = (datetime.now().astimezone() + timedelta(seconds=70)).replace(second=0, microsecond=0)
+    # purge.at 15 s away, to the second: the two supervisors start first, so they must be
+    # waiting for it, not catching it up.
+    at = (datetime.now().astimezone() + timedelta(seconds=15)).replace(microsecond=0)
     yaml_text = f"""
         handlers: {{noop: tests.handlers:noop}}
         pools:
           main: {{processes: 1, queues: {{default: 1}}}}
-        purge: {{at: "{at:%H:%M}", discarded_after: 14d}}
+        purge: {{at: "{at:%H:%M:%S}", discarded_after: 14d}}
         log: {{level: debug}}
     """
     first = supervisor(yaml_text).start()
@@ -355,7 +355,7 @@ def test_the_nightly_purge_runs_at_purge_at_on_exactly_one_of_two_supervisors(
     first.wait_log("started: 1 pools")
     second.wait_log("started: 1 pools")
     assert scalar(ledger, "SELECT count(*) FROM pgq.jobs") == 505  # not before purge.at
-    wait_for(lambda: "purge: deleted" in first.log() + second.log(), timeout=150, what="the purge")
+    wait_for(lambda: "purge: deleted" in first.log() + second.log(), timeout=90, what="the purge")
     # Both purgers woke at purge.at; the one that did not win says so.
     wait_for(
         lambda: "purge: another supervisor" in first.log() + second.log(),

@@ -367,13 +367,18 @@ def test_purge_at_is_a_24_hour_time() -> None:
     assert parse(with_pool('purge: {at: "3:05"}\n')).purge.at == time(3, 5)
     # Unquoted, YAML 1.1 would read 03:00 as the base-60 number 180.
     assert parse(with_pool("purge:\n  at: 03:00\n")).purge.at == time(3, 0)
+    # To the second, quoted or not (unquoted, YAML 1.1 reads base 60 again: 10815).
+    assert parse(with_pool('purge: {at: "03:00:15"}\n')).purge.at == time(3, 0, 15)
+    assert parse(with_pool("purge:\n  at: 03:00:15\n")).purge.at == time(3, 0, 15)
 
 
-@pytest.mark.parametrize("value", ['"24:00"', '"12:60"', '"noon"', "3", '"3pm"', '"03:00:00"'])
+@pytest.mark.parametrize(
+    "value", ['"24:00"', '"12:60"', '"noon"', "3", '"3pm"', '"03:00:60"', '"03:00:00.5"']
+)
 def test_purge_at_rejects(value: str) -> None:
     path, message = problem(with_pool(f"purge: {{at: {value}}}\n"))
     assert path == "purge.at"
-    assert message.startswith('must be a 24-hour time like "03:00" (HH:MM), got')
+    assert message.startswith('must be a 24-hour time like "03:00" (HH:MM, or HH:MM:SS), got')
 
 
 def test_history_enabled_takes_only_yaml_booleans() -> None:
