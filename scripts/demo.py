@@ -57,7 +57,7 @@ from supervisor import enqueue_many
 from supervisor.config import Config, ConfigError, load_config
 from supervisor.embedded.server import EmbeddedPostgres
 from supervisor.queue.dsn import describe
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 ROOT = Path(__file__).resolve().parents[1]
 SINK_FAIL_RATE = 0.08  # the receiver answers 503 "come back in 1 s" to this share of requests

@@ -763,7 +763,7 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 VACUUM (SKIP_LOCKED) pgq.jobs;
 
 -- name: session_timeouts
--- The master's sessions: no statement of its loop may hold it for long (see runtime/database.py).
+-- The master's sessions: no statement of its loop may hold it for long (see services/database.py).
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false);
 

@@ -30,7 +30,7 @@ from supervisor.cli.verbs import Context, UsageError
 from supervisor.config.units import format_duration
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 ERROR_COLUMN = 100  # characters of the error line shown in `dlq list`
 

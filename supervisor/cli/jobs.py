@@ -25,7 +25,7 @@ from supervisor.cli.session import (
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue import control
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
 

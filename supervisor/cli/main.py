@@ -1,6 +1,6 @@
 """`pgq-supervisor -c FILE [verb]`: run the supervisor, or operate the queue it runs.
 
-Verbs share one config file. Exit codes (supervisor.runtime.exits.MasterExit): 0 clean stop, 1
+Verbs share one config file. Exit codes (supervisor.shared.exits.MasterExit): 0 clean stop, 1
 anything else, 2 bad config or usage, 3 children could not boot.
 """
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.cli.verbs import VERBS, Context, UsageError, explicit_dsn, verb
 from supervisor.queue.dsn import DatabaseError, connect, describe
-from supervisor.runtime import proctitle
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared import proctitle
+from supervisor.shared.exits import MasterExit
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -138,8 +138,8 @@ def migrate_verb(ctx: Context) -> int:
 @verb("run", "run the supervisor in the foreground (the default verb)")
 def run(ctx: Context) -> int:
     from supervisor.config.handlers import load_handlers
+    from supervisor.master.loop import Master
     from supervisor.queue.migrations import migrate
-    from supervisor.runtime.master import Master
 
     handlers = load_handlers(ctx.config)  # before anything connects or forks
     metrics = None

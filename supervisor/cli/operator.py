@@ -1,7 +1,7 @@
 """The operator's verbs: `status`, `enqueue` and `dlq` (list, show, replay, purge).
 
 Each one prints what it did, exits 0 on success, 2 on bad usage (before anything is written) and
-1 otherwise (supervisor.runtime.exits.MasterExit). Everything they read or write goes through
+1 otherwise (supervisor.shared.exits.MasterExit). Everything they read or write goes through
 the named queries and the library functions the supervisor itself uses.
 """
 
@@ -22,7 +22,7 @@ from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.queue.dsn import describe
 from supervisor.queue.enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueError, enqueue
 from supervisor.queue.queries import query
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 
 def status_arguments(parser: argparse.ArgumentParser) -> None:

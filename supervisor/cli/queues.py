@@ -12,7 +12,7 @@ from supervisor.cli.session import session
 from supervisor.cli.tables import clock_time, safe
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue import control
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 
 def queues_arguments(parser: argparse.ArgumentParser) -> None:

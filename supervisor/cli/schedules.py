@@ -17,7 +17,7 @@ from supervisor.config import Config, ScheduleConfig
 from supervisor.config.ticks import next_ticks
 from supervisor.config.units import format_duration
 from supervisor.queue import scheduled
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 SHOWN_TICKS = 5
 

@@ -12,8 +12,8 @@ import ipaddress
 import logging
 
 from supervisor.cli.verbs import Context, UsageError, verb
-from supervisor.runtime import proctitle
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared import proctitle
+from supervisor.shared.exits import MasterExit
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9188

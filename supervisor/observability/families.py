@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from supervisor.observability.exposition import Family
 from supervisor.observability.view import TURN_BUCKETS, MasterCounters, MasterView
 from supervisor.queue.maintenance import QueueStats
-from supervisor.runtime.board import CLAIM_BUCKETS, JOB_BUCKETS, Board, Counter, State
+from supervisor.shared.board import CLAIM_BUCKETS, JOB_BUCKETS, Board, Counter, State
 
 STATES = tuple(state.name.lower() for state in State)
 # Results a child writes for the jobs it claimed; each claimed job ends in exactly one of them.

@@ -27,7 +27,7 @@ from supervisor.observability.exposition import CONTENT_TYPE, render
 from supervisor.observability.families import PoolTotals, QueueSnapshot
 from supervisor.observability.view import MasterView
 from supervisor.queue.maintenance import QueueStats
-from supervisor.runtime.board import Board
+from supervisor.shared.board import Board
 
 if TYPE_CHECKING:
     from supervisor.config import MetricsConfig

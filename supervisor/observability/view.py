@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from supervisor.runtime.board import Board
+from supervisor.shared.board import Board
 
 # Buckets of the time one turn of the master's loop keeps it busy (waiting in select excluded).
 TURN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -28,10 +28,10 @@ from supervisor.observability.metrics import MetricsServer
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import dsn as dsn_module
 from supervisor.queue import maintenance
-from supervisor.runtime.database import MasterDatabase
-from supervisor.runtime.metrics_feed import QueueStatsRefresh
-from supervisor.runtime.purge import DROP_RETRY_AFTER, Purger
-from supervisor.runtime.rescuer import Rescuer
+from supervisor.services.database import MasterDatabase
+from supervisor.services.metrics_feed import QueueStatsRefresh
+from supervisor.services.purge import DROP_RETRY_AFTER, Purger
+from supervisor.services.rescuer import Rescuer
 from tests.commands import ROOT
 from tests.promtext import parse
 

@@ -15,7 +15,7 @@ import pytest
 
 from supervisor import claim, complete, enqueue, settle
 from supervisor.queue.outcomes import discard, retry
-from supervisor.runtime.registry import WorkerRow, heartbeat
+from supervisor.services.registry import WorkerRow, heartbeat
 from tests.commands import run_cli
 from tests.handlers import LEDGER
 from tests.integration.operator_helpers import Cli, done

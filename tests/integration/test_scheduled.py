@@ -18,8 +18,8 @@ from supervisor.queue.jobs import claim_params
 from supervisor.queue.maintenance import queue_stats
 from supervisor.queue.migrations import available, migrate
 from supervisor.queue.queries import query
-from supervisor.runtime.database import MasterDatabase
-from supervisor.runtime.scheduler import Scheduler, unique_key
+from supervisor.services.database import MasterDatabase
+from supervisor.services.scheduler import Scheduler, unique_key
 
 UTC = timezone.utc
 
@@ -275,7 +275,7 @@ def test_status_shows_each_schedule_s_last_and_next_tick(dsn: str) -> None:
 def test_the_stager_sleeps_until_the_next_run_at_and_does_not_spin_on_a_locked_job(
     dsn: str,
 ) -> None:
-    from supervisor.runtime.stager import LOCKED_WAIT, LOOK_EVERY, Stager
+    from supervisor.services.stager import LOCKED_WAIT, LOOK_EVERY, Stager
 
     host = _Host(dsn, SCHEDULES % "skip")
     stager = Stager(host)  # type: ignore[arg-type]

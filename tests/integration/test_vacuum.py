@@ -18,9 +18,9 @@ from supervisor.observability.exposition import render
 from supervisor.observability.families import master_families
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import locks
-from supervisor.runtime.database import MasterDatabase
-from supervisor.runtime.pending import PendingStatement
-from supervisor.runtime.vacuum import QueueVacuum
+from supervisor.services.database import MasterDatabase
+from supervisor.services.pending import PendingStatement
+from supervisor.services.vacuum import QueueVacuum
 from tests.promtext import parse
 
 CONFIG = """

@@ -19,7 +19,7 @@ import pytest
 from supervisor import NewJob, enqueue_many
 from supervisor.embedded.server import EmbeddedPostgres, available
 from supervisor.queue.job import Job
-from supervisor.runtime.exits import ChildExit
+from supervisor.shared.exits import ChildExit
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
 from tests.lifecycle.test_faults import POISON_TRIGGER
@@ -322,7 +322,7 @@ def test_a_child_failing_before_its_loop_never_returns_into_the_parent(
     """An exception while the child builds its spec (right after the fork) must end the child
     with os._exit, not unwind into a second copy of the caller (the master's loop)."""
     from supervisor.config import load_config
-    from supervisor.runtime.children import spawn
+    from supervisor.master.children import spawn
 
     path = tmp_path / "q.yaml"
     path.write_text(ONE_CHILD)
@@ -359,10 +359,10 @@ def test_a_signal_raises_only_into_the_handlers_own_code(dsn: str, tmp_path: Pat
     they would turn a success into a failure; only the handler's own frames may take them."""
     import sys
 
+    from supervisor.child.execution import Executor
     from supervisor.config import load_config
     from supervisor.config.handlers import Handler
-    from supervisor.runtime.board import Board
-    from supervisor.runtime.execution import Executor
+    from supervisor.shared.board import Board
 
     seen: dict[str, bool] = {}
 
@@ -400,10 +400,10 @@ def test_an_exception_raised_mid_call_discards_the_childs_connection(
     """A timeout raised out of the signal handler while the handler's lease check waits on
     the child's own connection leaves that connection mid-protocol: it is discarded (and
     reopened later), never used again for the outcome writes or the next claim."""
+    from supervisor.child.execution import JobTimeout
+    from supervisor.child.worker import ChildSpec, Worker
     from supervisor.config import load_config
-    from supervisor.runtime.board import Board
-    from supervisor.runtime.execution import JobTimeout
-    from supervisor.runtime.worker import ChildSpec, Worker
+    from supervisor.shared.board import Board
 
     path = tmp_path / "q.yaml"
     path.write_text(ONE_CHILD)

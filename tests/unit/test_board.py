@@ -3,7 +3,7 @@
 
 import pytest
 
-from supervisor.runtime.board import Board, Counter, State
+from supervisor.shared.board import Board, Counter, State
 
 
 def test_what_the_child_writes_the_master_reads() -> None:

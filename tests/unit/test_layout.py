@@ -18,21 +18,21 @@ SCRIPTS = ROOT / "scripts"
 
 LIBRARY = "supervisor.queue"
 # The child's side of the fork: its loop and what it runs.
-CHILD = ("supervisor.runtime.worker", "supervisor.runtime.execution", "supervisor.runtime.weights")
+CHILD = ("supervisor.child.worker", "supervisor.child.execution", "supervisor.child.weights")
 # The master's side: its loop, its record of the children, its services and its sessions.
 MASTER = (
-    "supervisor.runtime.master",
-    "supervisor.runtime.children",
-    "supervisor.runtime.services",
-    "supervisor.runtime.slices",
-    "supervisor.runtime.rescuer",
-    "supervisor.runtime.purge",
-    "supervisor.runtime.metrics_feed",
-    "supervisor.runtime.vacuum",
-    "supervisor.runtime.stager",
-    "supervisor.runtime.scheduler",
-    "supervisor.runtime.database",
-    "supervisor.runtime.registry",
+    "supervisor.master.loop",
+    "supervisor.master.children",
+    "supervisor.services.base",
+    "supervisor.services.slices",
+    "supervisor.services.rescuer",
+    "supervisor.services.purge",
+    "supervisor.services.metrics_feed",
+    "supervisor.services.vacuum",
+    "supervisor.services.stager",
+    "supervisor.services.scheduler",
+    "supervisor.services.database",
+    "supervisor.services.registry",
 )
 
 
@@ -176,7 +176,7 @@ def test_the_dashboard_reads_the_database_not_the_processes(package: dict[str, s
 def test_the_walls_would_be_seen(tmp_path: Path) -> None:
     """The checks above can fail: a cycle and a forbidden import are found when present."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    known = {"supervisor.queue.jobs": Path(), "supervisor.runtime.master": Path()}
+    known = {"supervisor.queue.jobs": Path(), "supervisor.master.loop": Path()}
     source = tmp_path / "jobs.py"
-    source.write_text("def f():\n    from supervisor.runtime import master\n")
-    assert imports_of(source, "supervisor.queue.jobs", known) == {"supervisor.runtime.master"}
+    source.write_text("def f():\n    from supervisor.master import loop\n")
+    assert imports_of(source, "supervisor.queue.jobs", known) == {"supervisor.master.loop"}

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from supervisor.config import parse_config
-from supervisor.runtime.children import Slot
-from supervisor.runtime.master import SERVICES_BUDGET, Master, PoolRuntime
-from supervisor.runtime.services import Service
+from supervisor.master.children import Slot
+from supervisor.master.loop import SERVICES_BUDGET, Master, PoolRuntime
+from supervisor.services.base import Service
 
 YAML = """
 handlers: {k: tests.handlers:noop}

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 
 from supervisor.config import Config, DatabaseConfig, MetricsConfig, PoolConfig
+from supervisor.master.children import Child, Slot
+from supervisor.master.loop import Master, PoolRuntime
 from supervisor.observability import metrics
 from supervisor.observability.families import QueueSnapshot
 from supervisor.observability.metrics import MetricsError, MetricsServer
 from supervisor.observability.view import MasterCounters, MasterView
 from supervisor.queue.maintenance import QueueStats
-from supervisor.runtime.board import Board, Counter, State
-from supervisor.runtime.children import Child, Slot
-from supervisor.runtime.master import Master, PoolRuntime
+from supervisor.shared.board import Board, Counter, State
 from tests.promtext import parse
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from supervisor.config import ConfigError, ScheduleConfig, parse_config
 from supervisor.config.ticks import latest_tick, next_ticks
-from supervisor.runtime.scheduler import should_run
+from supervisor.services.scheduler import should_run
 from tests.commands import run_cli
 
 UTC = timezone.utc

@@ -29,7 +29,7 @@ from supervisor.config.ticks import latest_tick, next_tick
 from supervisor.queue import scheduled
 from supervisor.queue.enqueue import enqueue
 from supervisor.queue.queries import query
-from supervisor.runtime.services import Host, Service
+from supervisor.services.base import Host, Service
 
 log = logging.getLogger("pgq.master")
 

@@ -23,7 +23,7 @@ from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
 from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
-from supervisor.runtime.board import Board, Counter
+from supervisor.shared.board import Board, Counter
 
 if TYPE_CHECKING:
     from supervisor.config import Config

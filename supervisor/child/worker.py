@@ -30,13 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import psutil
 import psycopg
 
-from supervisor.queue import control, maintenance, outcomes
-from supervisor.queue import jobs as jobs_api
-from supervisor.queue.dsn import RECONNECT_ERRORS, DatabaseError, connect
-from supervisor.queue.jobs import Job
-from supervisor.runtime import memory
-from supervisor.runtime.board import Board, Counter, State
-from supervisor.runtime.execution import (
+from supervisor.child.execution import (
     Executor,
     JobCancelled,
     JobTimeout,
@@ -44,9 +38,15 @@ from supervisor.runtime.execution import (
     Results,
     job_fields,
 )
-from supervisor.runtime.exits import ChildExit
-from supervisor.runtime.proctitle import child_title, set_title
-from supervisor.runtime.weights import WeightedQueues
+from supervisor.child.weights import WeightedQueues
+from supervisor.queue import control, maintenance, outcomes
+from supervisor.queue import jobs as jobs_api
+from supervisor.queue.dsn import RECONNECT_ERRORS, DatabaseError, connect
+from supervisor.queue.jobs import Job
+from supervisor.shared import memory
+from supervisor.shared.board import Board, Counter, State
+from supervisor.shared.exits import ChildExit
+from supervisor.shared.proctitle import child_title, set_title
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig

@@ -18,9 +18,9 @@ from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
-from supervisor.runtime.database import bound_session, loop_connect_timeout
-from supervisor.runtime.pending import PendingStatement, Readable
-from supervisor.runtime.services import Host, Service
+from supervisor.services.base import Host, Service
+from supervisor.services.database import bound_session, loop_connect_timeout
+from supervisor.services.pending import PendingStatement, Readable
 
 log = logging.getLogger("pgq.master")
 

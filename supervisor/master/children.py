@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from supervisor.runtime.board import Board, Counter, State
-from supervisor.runtime.exits import ExitReason
-from supervisor.runtime.worker import ChildSpec, child_main
+from supervisor.child.worker import ChildSpec, child_main
+from supervisor.shared.board import Board, Counter, State
+from supervisor.shared.exits import ExitReason
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig

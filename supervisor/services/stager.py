@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from supervisor.queue import scheduled
-from supervisor.runtime.services import Host, Service
+from supervisor.services.base import Host, Service
 
 log = logging.getLogger("pgq.master")
 

@@ -11,7 +11,7 @@ import psutil
 import psycopg
 
 from supervisor.queue.queries import query
-from supervisor.runtime import memory
+from supervisor.shared import memory
 
 # A supervisor whose heartbeat is older than this is presumed dead and its rows are pruned.
 STALE_AFTER = 30.0

@@ -12,12 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from supervisor.master.children import Child
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import control, maintenance
 from supervisor.queue import jobs as jobs_api
-from supervisor.runtime import memory, registry
-from supervisor.runtime.children import Child
-from supervisor.runtime.database import MasterDatabase
+from supervisor.services import registry
+from supervisor.services.database import MasterDatabase
+from supervisor.shared import memory
 
 if TYPE_CHECKING:
     from supervisor.config import Config

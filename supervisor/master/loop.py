@@ -21,17 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from supervisor.master.children import Child, Slot, host_identity, spawn
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
-from supervisor.runtime import proctitle
-from supervisor.runtime.board import State
-from supervisor.runtime.children import Child, Slot, host_identity, spawn
-from supervisor.runtime.database import MasterDatabase
-from supervisor.runtime.exits import ChildExit, ExitReason, MasterExit
-from supervisor.runtime.pending import Readable
-from supervisor.runtime.purge import Purger
-from supervisor.runtime.rescuer import Rescuer
-from supervisor.runtime.scheduler import Scheduler
-from supervisor.runtime.services import (
+from supervisor.services.base import (
     CancelWatch,
     LeaseRenewal,
     MemoryWatch,
@@ -41,8 +33,16 @@ from supervisor.runtime.services import (
     Service,
     TimeoutWatch,
 )
-from supervisor.runtime.stager import Stager
-from supervisor.runtime.vacuum import QueueVacuum
+from supervisor.services.database import MasterDatabase
+from supervisor.services.pending import Readable
+from supervisor.services.purge import Purger
+from supervisor.services.rescuer import Rescuer
+from supervisor.services.scheduler import Scheduler
+from supervisor.services.stager import Stager
+from supervisor.services.vacuum import QueueVacuum
+from supervisor.shared import proctitle
+from supervisor.shared.board import State
+from supervisor.shared.exits import ChildExit, ExitReason, MasterExit
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
@@ -208,7 +208,7 @@ class Master:
             signal.signal(signum, _record_only)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signals")
         if self.metrics is not None:
-            from supervisor.runtime.metrics_feed import metrics_services
+            from supervisor.services.metrics_feed import metrics_services
 
             self.metrics.attach(self.metrics_view, self.selector)
             # Made once: a reload must not orphan a count in flight on the stats session.
@@ -700,7 +700,7 @@ class Master:
                 "the rescuer will return them when their leases expire",
                 len(self.requeuer.pending),
             )
-        from supervisor.runtime import registry
+        from supervisor.services import registry
 
         self.db.run("unregister", lambda conn: registry.unregister(conn, self.supervisor_id))
         for session in self.side_sessions():

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 
 from supervisor.queue import locks, maintenance
-from supervisor.runtime.services import Host
-from supervisor.runtime.slices import STEP_RETRY_AFTER, SlicedService, SliceSize
+from supervisor.services.base import Host
+from supervisor.services.slices import STEP_RETRY_AFTER, SlicedService, SliceSize
 
 log = logging.getLogger("pgq.master")
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from supervisor.runtime.services import Host, Service
+from supervisor.services.base import Host, Service
 
 # How long one slice should take; the slice size follows what the last one took. Measured
 # (docs/benchmarks.md): on a loaded machine a slice can take five times its aim (a core to wait

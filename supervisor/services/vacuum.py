@@ -30,12 +30,12 @@ from supervisor.config import VacuumConfig
 from supervisor.queue import locks, maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
-from supervisor.runtime.database import loop_connect_timeout
-from supervisor.runtime.pending import PendingStatement, Readable
-from supervisor.runtime.services import Service
+from supervisor.services.base import Service
+from supervisor.services.database import loop_connect_timeout
+from supervisor.services.pending import PendingStatement, Readable
 
 if TYPE_CHECKING:
-    from supervisor.runtime.services import Host
+    from supervisor.services.base import Host
 
 log = logging.getLogger("pgq.master")
 
