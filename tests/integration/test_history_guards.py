@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from supervisor.queue import maintenance
+from supervisor.queue import locks, maintenance
 
 
 @pytest.mark.parametrize(
@@ -92,3 +93,15 @@ def test_supervisors_starting_together_do_not_race_on_partitions(dsn: str) -> No
             later = c.execute("SELECT now() + interval '10 days'").fetchone()[0]
             while maintenance.drop_history_partition(c, later):
                 pass
+
+
+def test_a_starter_finding_the_partition_lock_taken_leaves_the_work_to_its_holder(dsn: str) -> None:
+    # Before: it queued on the lock under the function's 200 ms lock_timeout and failed with
+    # lock_not_available whenever the holder took longer (a loaded host, a slow DDL).
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as starter:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (locks.HISTORY_PARTITIONS,))
+        started = time.monotonic()
+        assert maintenance.ensure_history_partitions(starter, days_ahead=3) == 0
+        assert time.monotonic() - started < 0.2
+        holder.rollback()
+        assert maintenance.ensure_history_partitions(starter, days_ahead=3) == 4
