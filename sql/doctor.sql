@@ -9,9 +9,10 @@
 -- Who holds the xmin horizon of this database, so VACUUM cannot remove pgq.jobs' dead rows:
 -- backends of this database with a snapshot (backend_xmin) or a transaction id (backend_xid),
 -- oldest first; prepared transactions; replication slots (their xmin and the WAL they keep);
--- standbys that send hot_standby_feedback. Sessions of other roles show no xmin, state or
--- query without pg_read_all_stats: they are listed under "hidden", so the doctor can say what
--- it cannot see. No parameters: the master sends it as a simple query.
+-- standbys that send hot_standby_feedback. Without pg_read_all_stats, sessions of other roles
+-- show their pid, role, application and xmin, but no state, times or query (backend_type is
+-- null): "visible" says which, and "hidden" lists them, so the doctor can say what it cannot
+-- see. No parameters: the master sends it as a simple query.
 SELECT json_build_object(
     'can_read_all_stats',
         (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
@@ -27,6 +28,7 @@ SELECT json_build_object(
                        AS client,
                    a.state,
                    a.backend_type,
+                   a.backend_type IS NOT NULL AS visible,
                    extract(epoch FROM now() - a.xact_start)::float8 AS xact_seconds,
                    extract(epoch FROM now() - a.query_start)::float8 AS query_seconds,
                    a.query_start,
@@ -45,12 +47,13 @@ SELECT json_build_object(
     'hidden', (
         SELECT coalesce(json_agg(h), '[]'::json)
         FROM (
-            SELECT a.pid, a.usename AS "user", a.application_name
+            SELECT a.pid, a.usename AS "user", a.application_name,
+                   a.backend_xmin::text AS backend_xmin
             FROM pg_stat_activity AS a
             WHERE a.datname = current_database()
               AND a.pid <> pg_backend_pid()
-              AND a.backend_type = 'client backend'
-              AND a.state IS NULL
+              AND a.usename IS NOT NULL
+              AND a.backend_type IS NULL
             ORDER BY a.pid
             LIMIT 20
         ) AS h

@@ -28,7 +28,7 @@ SMALL_TABLE_PAGES = 16
 CLAIM_INDEX_PREFIX = "jobs_claim"
 SLOW_CLAIM = 0.05  # mean seconds per claim, from the children's histogram
 SCRAPE_TIMEOUT = 2.0
-_SAMPLE = re.compile(r'^pgq_claim_latency_seconds_(bucket|sum|count)\{([^}]*)\}\s+(\S+)$')
+_SAMPLE = re.compile(r"^pgq_claim_latency_seconds_(bucket|sum|count)\{([^}]*)\}\s+(\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -138,8 +138,10 @@ def latency(config: Config) -> Check:
     name = "claim.latency"
     port = config.metrics.port
     if port is None:
-        return ok(name, "not measured: metrics.port is not set, so the children's histogram "
-                  "cannot be read")
+        return ok(
+            name,
+            "not measured: metrics.port is not set, so the children's histogram cannot be read",
+        )
     host = config.metrics.host
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url = f"http://{host}:{port}/metrics"

@@ -38,8 +38,13 @@ class Horizon:
         return [c for c in self.findings if not c.passed and c.name != "horizon.visibility"]
 
 
+def visible(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The backends holding snapshots whose state and times this role may see."""
+    return [b for b in doc.get("backends") or [] if b.get("visible")]
+
+
 def summarize(doc: dict[str, Any], thresholds: DoctorConfig) -> Horizon:
-    backends = doc.get("backends") or []
+    backends = visible(doc)
     holder = backends[0] if backends else None
     jobs = doc.get("jobs") or {}
     return Horizon(
@@ -112,15 +117,25 @@ def _fix_for(b: dict[str, Any]) -> str:
 
 def _backends(doc: dict[str, Any], t: DoctorConfig) -> Check:
     name = "horizon.backends"
-    backends = doc.get("backends") or []
+    everyone = doc.get("backends") or []
+    backends = visible(doc)
     dead = int((doc.get("jobs") or {}).get("dead_rows") or 0)
+    unseen = (
+        f"; the oldest xmin belongs to pid {everyone[0]['pid']}, whose age this role cannot "
+        "see (horizon.visibility)"
+        if everyone and not everyone[0].get("visible")
+        else ""
+    )
     if not backends:
-        return ok(name, "no session of this database holds a snapshot or a transaction")
+        return ok(name, "no session of this database holds a snapshot or a transaction" + unseen)
     holder = backends[0]
     held = _held(holder)
     status = graded(held, t.horizon_age, FAIL_FACTOR * t.horizon_age)
     if status == "ok":
-        return ok(name, f"the oldest snapshot or transaction is {age(held)} old (pid {holder['pid']})")
+        return ok(
+            name,
+            f"the oldest snapshot or transaction is {age(held)} old (pid {holder['pid']})" + unseen,
+        )
     detail = f"the xmin horizon is held by {describe_backend(holder)}"
     if len(backends) > 1:
         detail += f"; {len(backends) - 1} more hold snapshots too (pids "
@@ -176,10 +191,11 @@ def _slots(doc: dict[str, Any], t: DoctorConfig) -> Check:
         return ok(name, f"replication slots: {listed}")
     status = "fail" if any(level == "fail" for level, _ in bad) else "warn"
     worst = next(s for level, s in bad if level == status)
+    activity = f"active, pid {worst.get('active_pid')}" if worst.get("active") else "inactive"
     detail = (
         f"replication slot {safe(worst['name'])!r} ({worst['type']}"
         + (f", database {safe(worst['database'])}" if worst.get("database") else "")
-        + f", {'active, pid ' + str(worst.get('active_pid')) if worst.get('active') else 'inactive'}) "
+        + f", {activity}) "
         + f"keeps {bytes_text(worst.get('wal_retained'))} of WAL"
         + (f" and holds xmin {worst['xmin']}" if worst.get("xmin") else "")
         + (f", catalog_xmin {worst['catalog_xmin']}" if worst.get("catalog_xmin") else "")
@@ -230,6 +246,15 @@ def _visibility(doc: dict[str, Any]) -> Check:
     if doc.get("can_read_all_stats") or not hidden:
         return ok(name, "every session of this database is visible to this role")
     role = safe(doc.get("role") or "")
+    backends = doc.get("backends") or []
+    oldest = ""
+    if backends and not backends[0].get("visible"):
+        b = backends[0]
+        oldest = (
+            f"the oldest xmin of this database ({b.get('xid_age')} transactions old) is held by "
+            f"pid {b['pid']} (user {safe(b.get('user'))}, application "
+            f"{safe(b.get('application_name') or '')!r}), for how long this role cannot see; "
+        )
     users: dict[str, list[str]] = {}
     for h in hidden:
         users.setdefault(safe(h.get("user") or "?"), []).append(
@@ -239,7 +264,7 @@ def _visibility(doc: dict[str, Any]) -> Check:
     return Check(
         name,
         "warn",
-        f"cannot see the snapshots, states and queries of {len(hidden)} session(s) of other "
+        oldest + f"cannot see the states, times and queries of {len(hidden)} session(s) of other "
         f"roles ({listed}): without pg_read_all_stats, PostgreSQL shows {role} only its own "
         "sessions, so one of those may hold the horizon unseen",
         f"GRANT pg_read_all_stats TO {role}; (or pg_monitor, which includes it)",

@@ -63,9 +63,11 @@ class Family:
 
 
 def bound(conn: psycopg.Connection[Any], timeout: float) -> None:
-    """The doctor's session: no statement, nor wait for a lock, longer than ``timeout``."""
-    limit = f"{max(1, round(timeout * 1000))}ms"
-    conn.execute(query("session_timeouts"), {"statement_timeout": limit, "lock_timeout": limit})
+    """The doctor's session: no statement, nor wait for a lock, longer than ``timeout``. The
+    lock wait gives up a little earlier, so a lock is reported as a lock."""
+    statement = f"{max(1, round(timeout * 1000))}ms"
+    lock = f"{max(1, round(timeout * 900))}ms"
+    conn.execute(query("session_timeouts"), {"statement_timeout": statement, "lock_timeout": lock})
 
 
 def run_families(probe: Probe, families: Sequence[Family]) -> list[Check]:
@@ -79,11 +81,21 @@ def run_families(probe: Probe, families: Sequence[Family]) -> list[Check]:
                 Check(
                     family.name,
                     "warn",
-                    f"timed out: its statements took longer than doctor.statement_timeout "
-                    f"({timeout}) or waited that long for a lock, and were cancelled",
-                    "run it again; if it keeps timing out the server is overloaded or a lock "
-                    "is held on pgq's tables (see pressure.locks), or raise "
+                    f"timed out: a statement ran longer than doctor.statement_timeout "
+                    f"({timeout}) and was cancelled",
+                    "run it again; if it keeps timing out the server is overloaded, or raise "
                     "doctor.statement_timeout",
+                )
+            )
+        except psycopg.errors.LockNotAvailable:
+            checks.append(
+                Check(
+                    family.name,
+                    "warn",
+                    f"timed out: waited longer than doctor.statement_timeout ({timeout}) for a "
+                    "lock on one of pgq's tables, and gave up",
+                    "someone holds a strong lock on pgq's tables (ALTER, VACUUM FULL, LOCK "
+                    "TABLE): see pressure.locks and pg_locks",
                 )
             )
         except psycopg.errors.InsufficientPrivilege as exc:

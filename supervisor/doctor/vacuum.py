@@ -104,7 +104,8 @@ def bloat(doc: dict[str, Any], available: int) -> Check:
     found = []
     if table_bytes >= MIN_TABLE_BYTES and table_bytes > TABLE_BLOAT * max(expected, 8192):
         found.append(
-            f"pgq.jobs takes {bytes_text(table_bytes)} for about {bytes_text(expected)} of live rows"
+            f"pgq.jobs takes {bytes_text(table_bytes)} for about {bytes_text(expected)} of "
+            "live rows"
         )
     if index_bytes >= MIN_INDEX_BYTES and per_entry > INDEX_BYTES_PER_ENTRY:
         found.append(
