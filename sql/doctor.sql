@@ -195,6 +195,12 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- value of pgq.lease_seq it takes is never reused (fencing tokens only need to be unique).
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 
+-- name: local_timeout
+-- The dashboard's doctor page: its transaction's statements and lock waits are cut short past
+-- %(timeout)s (a text such as '2s').
+SELECT set_config('statement_timeout', %(timeout)s, true),
+       set_config('lock_timeout', %(timeout)s, true);
+
 -- name: pressure
 -- What presses on the queue right now: the NOTIFY queue's fill (and the sessions that may be
 -- keeping it from draining: listeners that do not read what they are sent wait on ClientWrite,

@@ -11,7 +11,7 @@ import json
 from supervisor.cli.session import json_argument, session
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue.dsn import describe
-from supervisor.runtime.exits import MasterExit
+from supervisor.shared.exits import MasterExit
 
 
 def doctor_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,13 +10,17 @@ into checks; it is pure, so the master, `status` and the dashboard judge alike.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+import psycopg
 
 from supervisor.cli.tables import age, safe
 from supervisor.config import DoctorConfig
 from supervisor.doctor.check import Check, bytes_text, graded, ok
-from supervisor.doctor.runner import Family, Probe
+from supervisor.doctor.runner import Family
+from supervisor.doctor.sql import doctor_query
 
 # Past horizon_age a holder warns; past this many times it, it fails.
 FAIL_FACTOR = 5
@@ -69,8 +73,14 @@ def family() -> Family:
     return Family("horizon", lambda probe: judge(probe.document("horizon"), probe.thresholds))
 
 
-def read(probe: Probe) -> Horizon:
-    return summarize(probe.document("horizon"), probe.thresholds)
+def read_culprits(conn: psycopg.Connection[Any], thresholds: DoctorConfig) -> list[Check]:
+    """What is wrong with the horizon, read on the caller's connection (`status` reads it
+    inside its own snapshot, which the query leaves out)."""
+    row = conn.execute(doctor_query("horizon")).fetchone()
+    if row is None:
+        return []
+    doc = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    return summarize(doc, thresholds).culprits
 
 
 def _held(backend: dict[str, Any]) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.cli.tables import age, safe
-from supervisor.config import Config
+from supervisor.config import DoctorConfig
 from supervisor.doctor.check import Check, graded, ok
 from supervisor.doctor.runner import Family, Probe
 
@@ -21,31 +21,27 @@ def family() -> Family:
 
 
 def run(probe: Probe) -> list[Check]:
-    doc = read(probe)
-    return judge(doc, probe.config)
+    renew_every = probe.config.lease.renew_every
+    doc = probe.document("pressure", {"lease_margin": renew_every})
+    return judge(doc, probe.thresholds, renew_every)
 
 
-def read(probe: Probe) -> dict[str, Any]:
-    document: dict[str, Any] = probe.document(
-        "pressure", {"lease_margin": probe.config.lease.renew_every}
-    )
-    return document
-
-
-def judge(doc: dict[str, Any], config: Config) -> list[Check]:
+def judge(doc: dict[str, Any], thresholds: DoctorConfig, renew_every: float) -> list[Check]:
+    """``renew_every``: how often leases are renewed (lease.renew_every); a running job with
+    less lease left than that missed its renewal."""
     return [
-        notify(doc, config),
+        notify(doc, thresholds),
         connections(doc),
         locks(doc),
-        leases(doc, config),
-        oldest_due(doc, config),
+        leases(doc, renew_every),
+        oldest_due(doc, thresholds),
     ]
 
 
-def notify(doc: dict[str, Any], config: Config) -> Check:
+def notify(doc: dict[str, Any], thresholds: DoctorConfig) -> Check:
     name = "pressure.notify"
     usage = float(doc.get("notify_usage") or 0)
-    warn_at = config.doctor.notify_queue
+    warn_at = thresholds.notify_queue
     status = graded(usage, warn_at, max(warn_at, NOTIFY_FAIL))
     detail = f"the NOTIFY queue is {usage:.3%} full"
     if status == "ok":
@@ -129,14 +125,14 @@ def locks(doc: dict[str, Any]) -> Check:
     )
 
 
-def leases(doc: dict[str, Any], config: Config) -> Check:
+def leases(doc: dict[str, Any], renew_every: float) -> Check:
     name = "pressure.leases"
     lease = doc.get("leases") or {}
     running = int(lease.get("running") or 0)
     expired, expiring = int(lease.get("expired") or 0), int(lease.get("expiring") or 0)
     detail = (
         f"{running} running jobs; {expiring} with less than lease.renew_every "
-        f"({age(config.lease.renew_every)}) of lease left, {expired} past their lease"
+        f"({age(renew_every)}) of lease left, {expired} past their lease"
     )
     if not expired and not expiring:
         return ok(name, detail)
@@ -149,13 +145,13 @@ def leases(doc: dict[str, Any], config: Config) -> Check:
     )
 
 
-def oldest_due(doc: dict[str, Any], config: Config) -> Check:
+def oldest_due(doc: dict[str, Any], thresholds: DoctorConfig) -> Check:
     name = "pressure.oldest_due"
     oldest = doc.get("oldest_due")
     if not oldest:
         return ok(name, "no job is due and waiting")
     seconds = float(oldest.get("seconds") or 0)
-    warn_at = config.doctor.oldest_due
+    warn_at = thresholds.oldest_due
     status = graded(seconds, warn_at, OLDEST_DUE_FAIL_FACTOR * warn_at)
     detail = (
         f"the oldest due job (id {oldest['id']}, queue {safe(oldest['queue'])}) has waited "

@@ -1,4 +1,5 @@
-"""The master's services that feed its metrics server: queue figures and connection sweeps.
+"""The master's services that feed its metrics server: queue figures, the xmin horizon (the
+doctor's cheapest check) and connection sweeps.
 
 They run on the master's loop like every other service, so a scrape never touches the database
 and never waits: it reads what these left behind.
@@ -7,6 +8,7 @@ and never waits: it reads what these left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import selectors
 import time
@@ -14,6 +16,8 @@ from typing import Any
 
 import psycopg
 
+from supervisor.doctor import horizon
+from supervisor.doctor.sql import doctor_query
 from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
@@ -30,12 +34,18 @@ log = logging.getLogger("pgq.master")
 # with it), and a slow count makes the refresh less frequent.
 STATS_TIMEOUT = "30s"
 STATS_DB_SHARE = 0.05
+# The horizon's reading takes a millisecond (pg_stat_activity and the catalog, no table scan).
+HORIZON_INTERVAL = 10.0
 
 
 def metrics_services(
     host: Host, server: MetricsServer, selector: selectors.BaseSelector
 ) -> list[Service]:
-    return [QueueStatsRefresh(host, server, selector), ConnectionSweep(host, server)]
+    return [
+        QueueStatsRefresh(host, server, selector),
+        HorizonRefresh(host, server, selector),
+        ConnectionSweep(host, server),
+    ]
 
 
 class QueueStatsRefresh(Service, Readable):
@@ -43,9 +53,11 @@ class QueueStatsRefresh(Service, Readable):
     without waiting for them: the count is sent, and its rows are read when they arrive."""
 
     name = "queue stats"
+    application_name = "pgq-supervisor stats"
+    every = STATS_INTERVAL
 
     def __init__(self, host: Host, server: MetricsServer, selector: selectors.BaseSelector) -> None:
-        super().__init__(host, STATS_INTERVAL)
+        super().__init__(host, self.every)
         self.server = server
         self.selector = selector
         self.conn: psycopg.Connection[Any] | None = None
@@ -60,7 +72,7 @@ class QueueStatsRefresh(Service, Readable):
         if conn is None:
             return
         try:
-            self.pending = PendingStatement(conn, query("queue_stats"))
+            self.pending = PendingStatement(conn, self.statement())
         except psycopg.Error as exc:
             self._lost(str(exc))
             return
@@ -79,7 +91,7 @@ class QueueStatsRefresh(Service, Readable):
             pooled = self.host.config.database.pooled
             conn = connect(
                 self.host.dsn,
-                application_name="pgq-supervisor stats",
+                application_name=self.application_name,
                 connect_timeout=loop_connect_timeout(self.host.config.database.connect_timeout),
                 pooled=pooled,
             )
@@ -106,11 +118,16 @@ class QueueStatsRefresh(Service, Readable):
             self._lost(pending.error)
             return
         now = time.monotonic()
-        queues = maintenance.queue_stats_from_rows(pending.rows)
         # A big table makes the refresh rarer instead of keeping the server busy counting.
-        self.interval = max(STATS_INTERVAL, (now - self.sent) / STATS_DB_SHARE)
+        self.interval = max(self.every, (now - self.sent) / STATS_DB_SHARE)
         self.next_due = self.sent + self.interval
-        self.server.queue_stats_read(queues, now, self.interval)
+        self.arrived(pending.rows, now)
+
+    def statement(self) -> str:
+        return query("queue_stats")
+
+    def arrived(self, rows: list[tuple[str | None, ...]], now: float) -> None:
+        self.server.queue_stats_read(maintenance.queue_stats_from_rows(rows), now, self.interval)
 
     def _lost(self, why: str) -> None:
         log.warning("queue stats: %s", scrub(why.strip(), self.host.dsn))
@@ -128,6 +145,24 @@ class QueueStatsRefresh(Service, Readable):
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
+
+
+class HorizonRefresh(QueueStatsRefresh):
+    """Reads who holds the xmin horizon (sql/doctor.sql, horizon) for /metrics and /readyz,
+    the same way: sent, and judged by the doctor's own rules when the answer arrives."""
+
+    name = "xmin horizon"
+    application_name = "pgq-supervisor horizon"
+    every = HORIZON_INTERVAL
+
+    def statement(self) -> str:
+        return doctor_query("horizon")
+
+    def arrived(self, rows: list[tuple[str | None, ...]], now: float) -> None:
+        text = rows[0][0] if rows else None
+        if text is None:
+            return
+        self.server.horizon_read(horizon.summarize(json.loads(text), self.host.config.doctor))
 
 
 class ConnectionSweep(Service):
