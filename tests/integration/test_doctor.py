@@ -18,7 +18,7 @@ from psycopg import conninfo, sql
 
 from supervisor import NewJob, enqueue_many
 from supervisor.config import Config, parse_config
-from supervisor.doctor import claim, horizon, pressure, vacuum
+from supervisor.doctor import claim, headroom, horizon, pressure, vacuum
 from supervisor.doctor.check import Check
 from supervisor.doctor.runner import Family, Probe, bound, run_families
 from supervisor.queue.queries import sql_dir
@@ -346,3 +346,51 @@ def test_the_command_exits_1_names_the_holder_and_prints_json(
         assert cli("doctor").code == (0 if set(statuses.values()) == {"ok"} else 1)
     finally:
         restore()
+
+
+def _writer(dsn: str, statement: str, stop: threading.Event) -> threading.Thread:
+    """A session writing rows in a loop (autocommit: its counts reach the statistics)."""
+
+    def write() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                conn.execute(statement)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+def test_headroom_weighs_the_queue_s_writes_against_the_rest(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY, note text)")
+    queue_writes = (
+        "INSERT INTO pgq.jobs (kind, args) SELECT 'render_pdf', '{}' FROM generate_series(1, 50)"
+    )
+    stop = threading.Event()
+    threads = [_writer(dsn, queue_writes, stop)]
+    try:
+
+        def sampled(*words: str) -> Check | None:
+            found = run(dsn, headroom.family(), sample=2.0)["headroom.writes"]
+            return found if all(w in found.detail for w in words) else None
+
+        # Only the queue writes: a database of its own.
+        alone = wait_for(lambda: sampled("only the queue writes"), 30, what="queue writes")
+        assert alone.passed and "(the queue's share: 100%)" in alone.detail
+        # Some business writes, far fewer than the queue's: the queue does most of the work.
+        threads.append(_writer(dsn, "INSERT INTO orders (note) VALUES ('a')", stop))
+        busy = wait_for(
+            lambda: (c := sampled("to the rest")) and c.status == "warn" and c,
+            30,
+            what="the queue's share flagged",
+        )
+        assert "more queue work than other work" in busy.detail
+        assert "WAL" in busy.detail and "batch" in busy.fix
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    # Quiet again: too few writes to judge.
+    assert run(dsn, headroom.family(), sample=0.5)["headroom.writes"].passed

@@ -3,8 +3,15 @@ pid and age as gauges, the dead rows, and a `doctor:` line in /readyz naming the
 
 from __future__ import annotations
 
+import dataclasses
+import textwrap
 from collections.abc import Callable
 
+import psycopg
+
+from supervisor import NewJob, enqueue_many
+from supervisor.config import parse_config
+from supervisor.doctor import claim
 from tests.integration.test_doctor import held_by, session
 from tests.lifecycle.harness import Supervisor, wait_for
 from tests.lifecycle.test_metrics import config, free_port, get, scrape, wait_ready
@@ -40,3 +47,26 @@ def test_the_horizon_holder_is_a_gauge_and_a_readyz_line(
         what="the holder gone from /metrics",
     )
     assert f"pid {pid} " not in get(port, "/readyz")[1]
+
+
+def test_the_doctor_reads_claim_latency_from_the_childrens_histogram(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    port = free_port()
+    text = config(port, processes=1)
+    supervisor(text).start()
+    wait_ready(port)
+    cfg = parse_config(textwrap.dedent(text), source="sup.yaml")
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        enqueue_many(conn, [NewJob("record") for _ in range(20)])
+    found = wait_for(
+        lambda: (c := claim.latency(cfg)) and "claims, mean" in c.detail and c,
+        30,
+        what="claims counted",
+    )
+    assert found.passed, found
+    assert "pool main: " in found.detail and "p99 under " in found.detail
+    # With nothing listening there, it says it could not measure.
+    elsewhere = dataclasses.replace(cfg, metrics=dataclasses.replace(cfg.metrics, port=free_port()))
+    missed = claim.latency(elsewhere)
+    assert missed.passed and missed.detail.startswith("not measured: no supervisor answers")
