@@ -62,7 +62,7 @@ def explain(probe: Probe, queue: str, pages: int) -> Check:
     limit = batch_for(probe.config, queue)
     params = claim_params(queue, worker="pgq-doctor:explain", limit=limit)
     statement = sql.SQL(" ").join(
-        [sql.SQL(doctor_query("explain_options")), sql.SQL(query("claim"))]  # type: ignore[arg-type]
+        [sql.SQL(doctor_query("explain_options")), sql.SQL(query("claim"))]
     )
     with probe.conn.transaction(force_rollback=True):
         row = probe.conn.execute(statement, params).fetchone()
