@@ -176,7 +176,16 @@ SELECT count(*) FROM pgq.jobs WHERE state = 'available';
 SELECT json_build_object(
     'dead_percent', t.dead_tuple_percent,
     'free_percent', t.approx_free_percent,
-    'leaf_density', (SELECT avg_leaf_density FROM pgstatindex('pgq.jobs_claim'))
+    'leaf_density', (
+        SELECT avg_leaf_density
+        FROM pgstatindex((
+            SELECT min(x.indexrelid)::regclass
+            FROM pg_index AS x
+            JOIN pg_class AS i ON i.oid = x.indexrelid
+            WHERE x.indrelid = 'pgq.jobs'::regclass
+              AND i.relname LIKE 'jobs\_claim%'
+        ))
+    )
 )
 FROM pgstattuple_approx('pgq.jobs'::regclass) AS t;
 

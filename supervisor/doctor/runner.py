@@ -108,6 +108,18 @@ def run_families(probe: Probe, families: Sequence[Family]) -> list[Check]:
                     "'Privileges')",
                 )
             )
+        except psycopg.DatabaseError as exc:
+            # Whatever else the server refuses (a relation renamed, an extension half
+            # installed): this family says so and the others still run.
+            log.debug("doctor: %s failed", family.name, exc_info=True)
+            checks.append(
+                Check(
+                    family.name,
+                    "warn",
+                    f"could not run: {(exc.diag.message_primary or str(exc)).strip()}",
+                    "run `pgq-supervisor migrate` if the schema is behind; otherwise report it",
+                )
+            )
         finally:
             _end_transaction(probe.conn)
     return checks

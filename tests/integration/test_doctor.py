@@ -167,7 +167,14 @@ def test_a_claim_forced_off_its_index_is_named(dsn: str, conn: psycopg.Connectio
         0,
     )
 
-    conn.execute("DROP INDEX pgq.jobs_claim")
+    # The claim's index (or indexes: jobs_claim*), dropped and later made again as they were.
+    indexes = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes "
+        "WHERE schemaname = 'pgq' AND tablename = 'jobs' AND indexname LIKE 'jobs\\_claim%'"
+    ).fetchall()
+    assert indexes
+    for name, _ in indexes:
+        conn.execute(sql.SQL("DROP INDEX pgq.{}").format(sql.Identifier(name)))
     checks = run(dsn, claim.family(), vacuum.family())
     off = checks["claim.plan[pdf]"]
     assert off.status == "fail", off
@@ -176,10 +183,8 @@ def test_a_claim_forced_off_its_index_is_named(dsn: str, conn: psycopg.Connectio
     assert checks["vacuum.bloat"].status == "fail"
     assert "no claim index" in checks["vacuum.bloat"].detail
 
-    conn.execute(
-        "CREATE INDEX jobs_claim ON pgq.jobs (queue, priority DESC, run_at, id) "
-        "WHERE state = 'available'"
-    )
+    for _, definition in indexes:
+        conn.execute(definition)
     conn.execute("ANALYZE pgq.jobs")
     assert run(dsn, claim.family())["claim.plan[pdf]"].passed
 
@@ -394,3 +399,21 @@ def test_headroom_weighs_the_queue_s_writes_against_the_rest(
             thread.join(10)
     # Quiet again: too few writes to judge.
     assert run(dsn, headroom.family(), sample=0.5)["headroom.writes"].passed
+
+
+def test_pgstattuple_figures_when_installed_and_the_grant_it_needs(
+    dsn: str, conn: psycopg.Connection[Any], least_privilege: tuple[str, str]
+) -> None:
+    if not conn.execute(
+        "SELECT 1 FROM pg_available_extensions WHERE name = 'pgstattuple'"
+    ).fetchone():
+        pytest.skip("this server has no pgstattuple extension")
+    assert "vacuum.pgstattuple" not in run(dsn, vacuum.family())  # not installed: not run
+    conn.execute("CREATE EXTENSION pgstattuple")
+    _backlog(conn, 500)
+    found = run(dsn, vacuum.family())["vacuum.pgstattuple"]
+    assert found.passed and "% dead" in found.detail and "leaf density" in found.detail, found
+    _, role_dsn = least_privilege
+    refused = run(role_dsn, vacuum.family())["vacuum.pgstattuple"]
+    assert refused.status == "warn" and "may not use it" in refused.detail
+    assert "pg_stat_scan_tables" in refused.fix
