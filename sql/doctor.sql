@@ -222,7 +222,7 @@ SELECT set_config('statement_timeout', %(timeout)s, true),
 -- and a listener inside a transaction reads nothing until it ends), connections against
 -- max_connections with ours (application_name pgq-supervisor*) by client host, lock waits on
 -- pgq's tables (who waits, and whom for), running jobs whose lease is about to expire or has
--- expired, and the age of the oldest due job. (It takes a parameter, so a literal % is %%.)
+-- expired (from the small jobs_lease index). It takes a parameter, so a literal % is %%.
 SELECT json_build_object(
     'notify_usage', pg_notification_queue_usage(),
     'notify_suspects', (
@@ -284,16 +284,19 @@ SELECT json_build_object(
                   AND lease_until < now() + make_interval(secs => %(lease_margin)s::float8)))
         FROM pgq.jobs
         WHERE state = 'running'
-    ),
-    'oldest_due', (
-        SELECT json_build_object(
-            'seconds', extract(epoch FROM now() - run_at)::float8, 'queue', queue, 'id', id)
-        FROM pgq.jobs
-        WHERE state = 'available' AND run_at <= now()
-        ORDER BY run_at
-        LIMIT 1
     )
 );
+
+-- name: oldest_due
+-- The oldest due job (its wait, queue and id). The claim index orders by priority before
+-- run_at, so this reads every due job's entry (measured: 0.6 s at 200,000): the command runs
+-- it, bounded by its statement timeout; the dashboard's page, refreshed every few seconds, not.
+SELECT json_build_object(
+    'seconds', extract(epoch FROM now() - run_at)::float8, 'queue', queue, 'id', id)
+FROM pgq.jobs
+WHERE state = 'available' AND run_at <= now()
+ORDER BY run_at
+LIMIT 1;
 
 -- name: row_writes
 -- Rows inserted, updated and deleted since the statistics were reset, for pgq's tables and for

@@ -23,18 +23,21 @@ def family() -> Family:
 def run(probe: Probe) -> list[Check]:
     renew_every = probe.config.lease.renew_every
     doc = probe.document("pressure", {"lease_margin": renew_every})
-    return judge(doc, probe.thresholds, renew_every)
+    return [
+        *judge(doc, probe.thresholds, renew_every),
+        oldest_due(probe.document("oldest_due"), probe.thresholds),
+    ]
 
 
 def judge(doc: dict[str, Any], thresholds: DoctorConfig, renew_every: float) -> list[Check]:
-    """``renew_every``: how often leases are renewed (lease.renew_every); a running job with
-    less lease left than that missed its renewal."""
+    """The cheap pressure checks (the dashboard's too). ``renew_every``: how often leases are
+    renewed (lease.renew_every); a running job with less lease left than that missed its
+    renewal."""
     return [
         notify(doc, thresholds),
         connections(doc),
         locks(doc),
         leases(doc, renew_every),
-        oldest_due(doc, thresholds),
     ]
 
 
@@ -145,9 +148,8 @@ def leases(doc: dict[str, Any], renew_every: float) -> Check:
     )
 
 
-def oldest_due(doc: dict[str, Any], thresholds: DoctorConfig) -> Check:
+def oldest_due(oldest: dict[str, Any] | None, thresholds: DoctorConfig) -> Check:
     name = "pressure.oldest_due"
-    oldest = doc.get("oldest_due")
     if not oldest:
         return ok(name, "no job is due and waiting")
     seconds = float(oldest.get("seconds") or 0)
