@@ -417,3 +417,16 @@ def test_pgstattuple_figures_when_installed_and_the_grant_it_needs(
     refused = run(role_dsn, vacuum.family())["vacuum.pgstattuple"]
     assert refused.status == "warn" and "may not use it" in refused.detail
     assert "pg_stat_scan_tables" in refused.fix
+
+
+def test_a_statement_past_the_timeout_is_cut_short_and_said(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    # The oldest due job reads every due job's entry: 50,000 of them take far more than 1 ms.
+    _backlog(conn, 50_000)
+    checks = run(dsn, pressure.family(), horizon.family(), statement_timeout=0.001)
+    assert checks["pressure"].status == "warn", checks
+    assert checks["pressure"].detail == (
+        "timed out: a statement ran longer than doctor.statement_timeout (1ms) and was cancelled"
+    )
+    assert "horizon.backends" in checks or "horizon" in checks  # the next family still ran
