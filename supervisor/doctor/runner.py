@@ -108,6 +108,8 @@ def run_families(probe: Probe, families: Sequence[Family]) -> list[Check]:
                     "'Privileges')",
                 )
             )
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            raise  # no pgq schema: the verb's session says to run `migrate`
         except psycopg.DatabaseError as exc:
             # Whatever else the server refuses (a relation renamed, an extension half
             # installed): this family says so and the others still run.

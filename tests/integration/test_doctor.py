@@ -430,3 +430,20 @@ def test_a_statement_past_the_timeout_is_cut_short_and_said(
         "timed out: a statement ran longer than doctor.statement_timeout (1ms) and was cancelled"
     )
     assert "horizon.backends" in checks or "horizon" in checks  # the next family still ran
+
+
+def test_a_database_without_the_schema_is_told_to_migrate(
+    empty_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGQ_DSN", empty_dsn)
+    restore = Restore()
+    try:
+        result = Cli(tmp_path, capsys, config=CONFIG, name="doctor")("doctor")
+    finally:
+        restore()
+    assert result.code == 1 and result.out == ""
+    assert "has no pgq schema (or an old one): run `pgq-supervisor -c" in result.err
+    assert "migrate` first" in result.err
