@@ -12,6 +12,7 @@ import json
 import logging
 import selectors
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -34,51 +35,62 @@ log = logging.getLogger("pgq.master")
 # with it), and a slow count makes the refresh less frequent.
 STATS_TIMEOUT = "30s"
 STATS_DB_SHARE = 0.05
-# The horizon's reading takes a millisecond (pg_stat_activity and the catalog, no table scan).
-HORIZON_INTERVAL = 10.0
 
 
 def metrics_services(
     host: Host, server: MetricsServer, selector: selectors.BaseSelector
 ) -> list[Service]:
-    return [
-        QueueStatsRefresh(host, server, selector),
-        HorizonRefresh(host, server, selector),
-        ConnectionSweep(host, server),
-    ]
+    return [QueueStatsRefresh(host, server, selector), ConnectionSweep(host, server)]
+
+
+Rows = list[tuple[str | None, ...]]
 
 
 class QueueStatsRefresh(Service, Readable):
-    """Reads the queue table's figures for /metrics and /readyz on a session of its own,
-    without waiting for them: the count is sent, and its rows are read when they arrive."""
+    """Reads, one after the other on a session of its own, who holds the xmin horizon (the
+    doctor's cheapest check, a millisecond) and the queue table's figures, for /metrics and
+    /readyz, without waiting for them: each statement is sent, and its rows are read when they
+    arrive. One session for both: every supervisor host would pay a second connection else."""
 
     name = "queue stats"
-    application_name = "pgq-supervisor stats"
-    every = STATS_INTERVAL
 
     def __init__(self, host: Host, server: MetricsServer, selector: selectors.BaseSelector) -> None:
-        super().__init__(host, self.every)
+        super().__init__(host, STATS_INTERVAL)
         self.server = server
         self.selector = selector
         self.conn: psycopg.Connection[Any] | None = None
         self.pending: PendingStatement | None = None
+        # The readings of this refresh still to send, and what takes the rows of the current.
+        self.todo: list[tuple[str, Callable[[Rows, float], None]]] = []
+        self.handler: Callable[[Rows, float], None] | None = None
         self.sent = 0.0
         self.fd = -1
 
+    def readings(self) -> list[tuple[str, Callable[[Rows, float], None]]]:
+        return [(doctor_query("horizon"), self._horizon), (query("queue_stats"), self._queues)]
+
     def run_once(self) -> None:
         if self.pending is not None:
-            return  # the last count is still running
+            return  # the last refresh is still running
         conn = self._session()
         if conn is None:
             return
-        try:
-            self.pending = PendingStatement(conn, self.statement())
-        except psycopg.Error as exc:
-            self._lost(str(exc))
+        self.todo = self.readings()
+        if not self._send_next(conn):
             return
         self.sent = time.monotonic()
+        assert self.pending is not None
         self.fd = self.pending.fileno()  # kept: a lost connection cannot say its socket
         self.selector.register(self.fd, selectors.EVENT_READ, self)
+
+    def _send_next(self, conn: psycopg.Connection[Any]) -> bool:
+        statement, self.handler = self.todo.pop(0)
+        try:
+            self.pending = PendingStatement(conn, statement)
+        except psycopg.Error as exc:
+            self._lost(str(exc))
+            return False
+        return True
 
     def _session(self) -> psycopg.Connection[Any] | None:
         if self.conn is not None and not self.conn.closed:
@@ -91,7 +103,7 @@ class QueueStatsRefresh(Service, Readable):
             pooled = self.host.config.database.pooled
             conn = connect(
                 self.host.dsn,
-                application_name=self.application_name,
+                application_name="pgq-supervisor stats",
                 connect_timeout=loop_connect_timeout(self.host.config.database.connect_timeout),
                 pooled=pooled,
             )
@@ -113,20 +125,30 @@ class QueueStatsRefresh(Service, Readable):
         pending = self.pending
         if pending is None or not pending.poll():
             return
-        self._unregister()
         if pending.error:
+            self._unregister()
             self._lost(pending.error)
             return
         now = time.monotonic()
+        handler = self.handler
+        assert handler is not None
+        if self.todo and self.conn is not None:
+            handler(pending.rows, now)
+            self._send_next(self.conn)  # on the same socket, still registered
+            return
+        self._unregister()
         # A big table makes the refresh rarer instead of keeping the server busy counting.
-        self.interval = max(self.every, (now - self.sent) / STATS_DB_SHARE)
+        self.interval = max(STATS_INTERVAL, (now - self.sent) / STATS_DB_SHARE)
         self.next_due = self.sent + self.interval
-        self.arrived(pending.rows, now)
+        handler(pending.rows, now)
 
-    def statement(self) -> str:
-        return query("queue_stats")
+    def _horizon(self, rows: Rows, now: float) -> None:
+        text = rows[0][0] if rows else None
+        if text is not None:
+            doc = json.loads(text)
+            self.server.horizon_read(horizon.summarize(doc, self.host.config.doctor))
 
-    def arrived(self, rows: list[tuple[str | None, ...]], now: float) -> None:
+    def _queues(self, rows: Rows, now: float) -> None:
         self.server.queue_stats_read(maintenance.queue_stats_from_rows(rows), now, self.interval)
 
     def _lost(self, why: str) -> None:
@@ -138,6 +160,7 @@ class QueueStatsRefresh(Service, Readable):
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(self.fd)
         self.pending = None
+        self.todo = []
 
     def close(self) -> None:
         self._unregister()
@@ -145,24 +168,6 @@ class QueueStatsRefresh(Service, Readable):
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
-
-
-class HorizonRefresh(QueueStatsRefresh):
-    """Reads who holds the xmin horizon (sql/doctor.sql, horizon) for /metrics and /readyz,
-    the same way: sent, and judged by the doctor's own rules when the answer arrives."""
-
-    name = "xmin horizon"
-    application_name = "pgq-supervisor horizon"
-    every = HORIZON_INTERVAL
-
-    def statement(self) -> str:
-        return doctor_query("horizon")
-
-    def arrived(self, rows: list[tuple[str | None, ...]], now: float) -> None:
-        text = rows[0][0] if rows else None
-        if text is None:
-            return
-        self.server.horizon_read(horizon.summarize(json.loads(text), self.host.config.doctor))
 
 
 class ConnectionSweep(Service):
