@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import jobs, operator, queues, schedules, web  # noqa: F401
+    from supervisor.cli import doctor, jobs, operator, queues, schedules, web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

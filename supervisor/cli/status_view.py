@@ -18,6 +18,8 @@ from supervisor.cli import schedules
 from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.tables import age, clock_time, iso, safe, table
 from supervisor.config import Config, PoolConfig
+from supervisor.doctor import Check
+from supervisor.doctor.horizon import read_culprits
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
 
@@ -98,6 +100,8 @@ class Status:
     pools: list[PoolConfig]
     supervisors: list[SupervisorView]
     schedules: list[ScheduleRow] = field(default_factory=list)
+    # What the doctor's horizon check finds wrong (a snapshot held too long, a slot keeping WAL).
+    doctor: list[Check] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -127,6 +131,8 @@ class Status:
         ready = sum(q.available for q in self.queues)
         if ready and not any(not s.stale for s in self.supervisors):
             found.append(f"no supervisor is running (no fresh heartbeat), and {_jobs(ready)} due")
+        for c in self.doctor:
+            found.append(f"{c.name}: {c.detail}; fix: {c.fix} (more: `doctor`)")
         return found
 
 
@@ -165,6 +171,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         pools=list(config.pools.values()),
         supervisors=_supervisors(conn),
         schedules=schedules.gather(conn, config, now),
+        doctor=read_culprits(conn, config.doctor),
     )
 
 

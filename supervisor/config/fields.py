@@ -227,6 +227,24 @@ def duration(high: float) -> Callable[[Reader, Node], float]:
     return convert
 
 
+def fraction(reader: Reader, node: Node) -> float:
+    """A share: a percentage (``1%``, ``0.05%``) or a number between 0 and 1 (``0.01``)."""
+    value = reader.scalar(node, "a share such as 1% or 0.01")
+    text_value = value.strip() if isinstance(value, str) else None
+    try:
+        if text_value is not None and text_value.endswith("%"):
+            share = float(text_value[:-1]) / 100
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            share = float(value)
+        else:
+            raise ValueError
+    except ValueError:
+        raise Bad("must be a share such as 1% or 0.01", value) from None
+    if not 0 < share <= 1 or math.isnan(share):
+        raise Bad("must be more than 0% and at most 100%", value)
+    return share
+
+
 def size(low: int, high: int) -> Callable[[Reader, Node], int]:
     def convert(reader: Reader, node: Node) -> int:
         value = reader.scalar(node, "a size")

@@ -122,6 +122,23 @@ class VacuumConfig:
 
 
 @dataclass(frozen=True)
+class DoctorConfig:
+    """Thresholds of `pgq-supervisor doctor` (and of the findings fed to status, /readyz, the
+    metrics and the dashboard). Past a threshold a check warns; far past it (see each check) it
+    fails."""
+
+    statement_timeout: float = 5.0  # every check's statements are cut short past this
+    horizon_age: float = 60.0  # a snapshot or transaction held this long warns
+    dead_rows: int = 100_000  # dead rows in pgq.jobs
+    slot_wal: int = 1024**3  # WAL kept by one replication slot (bytes)
+    notify_queue: float = 0.01  # share of the NOTIFY queue in use
+    oldest_due: float = 300.0  # the oldest due job has waited this long
+    queue_share: float = 0.5  # share of the database's row writes that are the queue's
+    claim_buffers: int = 50  # buffers the claim touches per job it claims
+    sample: float = 1.0  # how long the headroom check samples the write counters
+
+
+@dataclass(frozen=True)
 class PurgeConfig:
     at: time = time(3, 0)
     discarded_after: float = 14 * DAY
@@ -173,6 +190,7 @@ class Config:
     rescue: RescueConfig = field(default_factory=RescueConfig)
     purge: PurgeConfig = field(default_factory=PurgeConfig)
     vacuum: VacuumConfig = field(default_factory=VacuumConfig)
+    doctor: DoctorConfig = field(default_factory=DoctorConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)

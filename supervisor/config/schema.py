@@ -21,6 +21,7 @@ from supervisor.config.fields import (
     choice,
     clock,
     duration,
+    fraction,
     integer,
     named_bodies,
     optional,
@@ -31,6 +32,7 @@ from supervisor.config.model import (
     DAY,
     Config,
     DatabaseConfig,
+    DoctorConfig,
     HistoryConfig,
     JobPolicy,
     LeaseConfig,
@@ -64,6 +66,7 @@ TOP_KEYS = (
     "rescue",
     "purge",
     "vacuum",
+    "doctor",
     "history",
     "metrics",
     "log",
@@ -97,6 +100,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         rescue=_rescue(top.section("rescue", "interval, batch")),
         purge=_purge(top.section("purge", "at, discarded_after, batch")),
         vacuum=_vacuum(top.section("vacuum", "enabled, interval, dead_rows")),
+        doctor=_doctor(top.section("doctor", "horizon_age, dead_rows, notify_queue...")),
         history=_history(top.section("history", "enabled, keep")),
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
@@ -321,6 +325,35 @@ def _vacuum(s: Section) -> VacuumConfig:
         enabled=s.get("enabled", boolean, True),
         interval=s.get("interval", duration(MAX_DURATION), 5.0),
         dead_rows=s.get("dead_rows", integer(1, 1_000_000_000), 10_000),
+    )
+
+
+DOCTOR_KEYS = (
+    "statement_timeout",
+    "horizon_age",
+    "dead_rows",
+    "slot_wal",
+    "notify_queue",
+    "oldest_due",
+    "queue_share",
+    "claim_buffers",
+    "sample",
+)
+
+
+def _doctor(s: Section) -> DoctorConfig:
+    s.only(*DOCTOR_KEYS)
+    d = DoctorConfig()
+    return DoctorConfig(
+        statement_timeout=s.get("statement_timeout", duration(600.0), d.statement_timeout),
+        horizon_age=s.get("horizon_age", duration(MAX_DURATION), d.horizon_age),
+        dead_rows=s.get("dead_rows", integer(1, 10**12), d.dead_rows),
+        slot_wal=s.get("slot_wal", size(1, 2**50), d.slot_wal),
+        notify_queue=s.get("notify_queue", fraction, d.notify_queue),
+        oldest_due=s.get("oldest_due", duration(MAX_DURATION), d.oldest_due),
+        queue_share=s.get("queue_share", fraction, d.queue_share),
+        claim_buffers=s.get("claim_buffers", integer(1, 10**9), d.claim_buffers),
+        sample=s.get("sample", duration(60.0), d.sample),
     )
 
 

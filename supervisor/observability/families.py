@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from supervisor.doctor.horizon import Horizon
 from supervisor.observability.exposition import Family
 from supervisor.observability.view import TURN_BUCKETS, MasterCounters, MasterView
 from supervisor.queue.maintenance import QueueStats
@@ -101,9 +102,11 @@ def families(
     absorbed: Mapping[str, PoolTotals],
     snapshot: QueueSnapshot | None,
     now: float,
+    horizon: Horizon | None = None,
 ) -> list[Family]:
     return [
         *queue_families(master, snapshot, now),
+        *horizon_families(horizon),
         *pool_families(pool_totals(master, absorbed)),
         *master_families(master.counters),
         *children_families(master),
@@ -141,6 +144,38 @@ def queue_families(master: MasterView, snapshot: QueueSnapshot | None, now: floa
             paused.add(1 if row.paused else 0, queue=name)
         age.add(max(0.0, now - snapshot.taken))
     return [up, jobs, oldest, paused, age]
+
+
+def horizon_families(horizon: Horizon | None) -> list[Family]:
+    """The doctor's horizon check as gauges (absent until it was first read)."""
+    held = Family(
+        "pgq_xmin_horizon_age_seconds",
+        "gauge",
+        "How long the oldest snapshot or transaction of the database has been held (VACUUM "
+        "cannot remove dead rows newer than it); 0 when none is.",
+    )
+    pid = Family(
+        "pgq_xmin_horizon_holder_pid",
+        "gauge",
+        "The server process (pid) holding that oldest snapshot or transaction; 0 when none.",
+    )
+    dead = Family(
+        "pgq_jobs_dead_rows",
+        "gauge",
+        "Dead rows in pgq.jobs (the statistics' estimate), waiting for VACUUM and the horizon.",
+    )
+    if horizon is not None:
+        held.add(horizon.age_seconds)
+        pid.add(horizon.holder_pid or 0)
+        dead.add(horizon.dead_rows)
+    return [held, pid, dead]
+
+
+def doctor_notes(horizon: Horizon | None) -> list[str]:
+    """One line per problem the horizon check found, for /readyz's body."""
+    if horizon is None:
+        return []
+    return [f"doctor: {c.status} {c.name}: {c.detail}" for c in horizon.culprits]
 
 
 def pool_families(totals: Mapping[str, PoolTotals]) -> list[Family]:

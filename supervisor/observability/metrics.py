@@ -8,7 +8,10 @@ are open (a new one pushes out the oldest). Each request gets one response, then
 connection is closed.
 
 Endpoints: /metrics (text exposition 0.0.4), /livez (the loop answered: it runs), /readyz (every
-pool's children are up and the database answers; 503 with the reasons otherwise).
+pool's children are up and the database answers; 503 with the reasons otherwise). Whatever the
+doctor's horizon check finds (a snapshot held too long, a slot keeping WAL) is added to /readyz's
+body, one ``doctor:`` line each, without changing its status: another application's forgotten
+transaction is no reason to take this supervisor out of a rollout.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from supervisor.doctor.horizon import Horizon
 from supervisor.observability import families
 from supervisor.observability.exposition import CONTENT_TYPE, render
 from supervisor.observability.families import PoolTotals, QueueSnapshot
@@ -101,6 +105,7 @@ class MetricsServer:
         self.absorbed: dict[str, PoolTotals] = {}
         self.snapshot: QueueSnapshot | None = None
         self.stats_interval = STATS_INTERVAL
+        self.horizon: Horizon | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -120,6 +125,10 @@ class MetricsServer:
         """A fresh snapshot of the queue table; the next is due in ``interval`` seconds."""
         self.snapshot = QueueSnapshot(queues, taken)
         self.stats_interval = interval
+
+    def horizon_read(self, horizon: Horizon) -> None:
+        """The doctor's latest reading of the xmin horizon."""
+        self.horizon = horizon
 
     def filenos(self) -> list[int]:
         fds = [self.listener.fileno()] if self.listener is not None else []
@@ -290,15 +299,19 @@ class MetricsServer:
             return 200, _TEXT, b"ok\n", head_only
         if path == "/readyz":
             reasons = self.not_ready()
+            notes = "".join(f"{line}\n" for line in families.doctor_notes(self.horizon))
             if reasons:
-                return 503, _TEXT, ("; ".join(reasons) + "\n").encode("utf-8"), head_only
-            return 200, _TEXT, b"ready\n", head_only
+                body = "; ".join(reasons) + "\n" + notes
+                return 503, _TEXT, body.encode("utf-8"), head_only
+            return 200, _TEXT, ("ready\n" + notes).encode("utf-8"), head_only
         return 404, _TEXT, b"not found: try /metrics, /livez or /readyz\n", head_only
 
     def exposition(self) -> str:
         assert self.view is not None
         return render(
-            families.families(self.view(), self.absorbed, self.snapshot, time.monotonic())
+            families.families(
+                self.view(), self.absorbed, self.snapshot, time.monotonic(), self.horizon
+            )
         )
 
     def not_ready(self) -> list[str]:

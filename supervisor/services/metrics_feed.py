@@ -1,4 +1,5 @@
-"""The master's services that feed its metrics server: queue figures and connection sweeps.
+"""The master's services that feed its metrics server: queue figures, the xmin horizon (the
+doctor's cheapest check) and connection sweeps.
 
 They run on the master's loop like every other service, so a scrape never touches the database
 and never waits: it reads what these left behind.
@@ -7,13 +8,17 @@ and never waits: it reads what these left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import selectors
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from supervisor.doctor import horizon
+from supervisor.doctor.sql import doctor_query
 from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
@@ -38,9 +43,14 @@ def metrics_services(
     return [QueueStatsRefresh(host, server, selector), ConnectionSweep(host, server)]
 
 
+Rows = list[tuple[str | None, ...]]
+
+
 class QueueStatsRefresh(Service, Readable):
-    """Reads the queue table's figures for /metrics and /readyz on a session of its own,
-    without waiting for them: the count is sent, and its rows are read when they arrive."""
+    """Reads, one after the other on a session of its own, who holds the xmin horizon (the
+    doctor's cheapest check, a millisecond) and the queue table's figures, for /metrics and
+    /readyz, without waiting for them: each statement is sent, and its rows are read when they
+    arrive. One session for both: every supervisor host would pay a second connection else."""
 
     name = "queue stats"
 
@@ -50,23 +60,37 @@ class QueueStatsRefresh(Service, Readable):
         self.selector = selector
         self.conn: psycopg.Connection[Any] | None = None
         self.pending: PendingStatement | None = None
+        # The readings of this refresh still to send, and what takes the rows of the current.
+        self.todo: list[tuple[str, Callable[[Rows, float], None]]] = []
+        self.handler: Callable[[Rows, float], None] | None = None
         self.sent = 0.0
         self.fd = -1
 
+    def readings(self) -> list[tuple[str, Callable[[Rows, float], None]]]:
+        return [(doctor_query("horizon"), self._horizon), (query("queue_stats"), self._queues)]
+
     def run_once(self) -> None:
         if self.pending is not None:
-            return  # the last count is still running
+            return  # the last refresh is still running
         conn = self._session()
         if conn is None:
             return
-        try:
-            self.pending = PendingStatement(conn, query("queue_stats"))
-        except psycopg.Error as exc:
-            self._lost(str(exc))
+        self.todo = self.readings()
+        if not self._send_next(conn):
             return
         self.sent = time.monotonic()
+        assert self.pending is not None
         self.fd = self.pending.fileno()  # kept: a lost connection cannot say its socket
         self.selector.register(self.fd, selectors.EVENT_READ, self)
+
+    def _send_next(self, conn: psycopg.Connection[Any]) -> bool:
+        statement, self.handler = self.todo.pop(0)
+        try:
+            self.pending = PendingStatement(conn, statement)
+        except psycopg.Error as exc:
+            self._lost(str(exc))
+            return False
+        return True
 
     def _session(self) -> psycopg.Connection[Any] | None:
         if self.conn is not None and not self.conn.closed:
@@ -101,16 +125,31 @@ class QueueStatsRefresh(Service, Readable):
         pending = self.pending
         if pending is None or not pending.poll():
             return
-        self._unregister()
         if pending.error:
+            self._unregister()
             self._lost(pending.error)
             return
         now = time.monotonic()
-        queues = maintenance.queue_stats_from_rows(pending.rows)
+        handler = self.handler
+        assert handler is not None
+        if self.todo and self.conn is not None:
+            handler(pending.rows, now)
+            self._send_next(self.conn)  # on the same socket, still registered
+            return
+        self._unregister()
         # A big table makes the refresh rarer instead of keeping the server busy counting.
         self.interval = max(STATS_INTERVAL, (now - self.sent) / STATS_DB_SHARE)
         self.next_due = self.sent + self.interval
-        self.server.queue_stats_read(queues, now, self.interval)
+        handler(pending.rows, now)
+
+    def _horizon(self, rows: Rows, now: float) -> None:
+        text = rows[0][0] if rows else None
+        if text is not None:
+            doc = json.loads(text)
+            self.server.horizon_read(horizon.summarize(doc, self.host.config.doctor))
+
+    def _queues(self, rows: Rows, now: float) -> None:
+        self.server.queue_stats_read(maintenance.queue_stats_from_rows(rows), now, self.interval)
 
     def _lost(self, why: str) -> None:
         log.warning("queue stats: %s", scrub(why.strip(), self.host.dsn))
@@ -121,6 +160,7 @@ class QueueStatsRefresh(Service, Readable):
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(self.fd)
         self.pending = None
+        self.todo = []
 
     def close(self) -> None:
         self._unregister()

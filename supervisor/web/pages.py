@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
-from supervisor.web import jobpage, reads
+from supervisor.web import doctor_page, jobpage, reads
 from supervisor.web.site import Site, duration
 
 log = logging.getLogger("pgq.web")
@@ -86,12 +86,17 @@ def routes(site: Site) -> list[Route]:
         now, supervisors = await reads.supervisors(site.pool)
         return site.render(request, "workers.html", now=now, supervisors=supervisors)
 
+    async def doctor(request: Request) -> Response:
+        view = await doctor_page.read(site.pool, site.config)
+        return site.render(request, "doctor.html", view=view)
+
     return [
         Route("/", overview),
         Route("/queues/{queue:path}", queue),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),
         Route("/workers", workers),
+        Route("/doctor", doctor),
     ]
 
 

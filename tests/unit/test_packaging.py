@@ -49,6 +49,8 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     assert "supervisor/testing.py" in names
     # The dashboard's SQL, templates and vendored htmx (a page without them renders nothing).
     assert "supervisor/sql/dashboard.sql" in names
+    assert "supervisor/sql/doctor.sql" in names
+    assert "supervisor/doctor/horizon.py" in names
     assert "supervisor/web/templates/overview.html" in names
     assert "supervisor/web/static/htmx.min.js" in names
     dist_info = f"pgq_supervisor-{supervisor.__version__}.dist-info"
