@@ -561,6 +561,11 @@ SET last_tick = EXCLUDED.last_tick,
 WHERE s.last_tick < EXCLUDED.last_tick
 RETURNING name;
 
+-- name: database_clock
+-- The database's clock, the one every host shares: schedule ticks and purge cutoffs are read
+-- from it, not from the host's (a host whose clock runs ahead would take ticks early).
+SELECT clock_timestamp();
+
 -- name: schedule_lock_timeout
 -- The scheduler's transaction waits at most this long for a schedule's row: the holder is
 -- another supervisor enqueueing the same tick, and the master's loop must not hang on it.
