@@ -434,11 +434,14 @@ replayable AS (
            ))
 ),
 replayed AS (
+    -- A cancel request made while it ran belongs to that run: kept, it would have the new run
+    -- stopped a second after it starts.
     UPDATE pgq.jobs AS j
     SET state = 'available',
         attempts = 0,
         run_at = now(),
-        finished_at = NULL
+        finished_at = NULL,
+        cancel_requested_at = NULL
     FROM replayable AS r
     WHERE j.id = r.id
     RETURNING j.id, j.queue
