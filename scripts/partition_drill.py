@@ -74,7 +74,12 @@ class Forwarder:
                 client, _ = self.server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
+            host, port = self.target
+            if host.startswith("/"):  # a server on a Unix socket (the embedded one)
+                upstream = socket.socket(socket.AF_UNIX)
+                upstream.connect(f"{host}/.s.PGSQL.{port}")
+            else:
+                upstream = socket.create_connection(self.target)
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 

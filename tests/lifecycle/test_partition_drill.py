@@ -32,6 +32,7 @@ def drill(pg_server: str) -> dict[str, Any]:
         text=True,
         timeout=300,
     )
+    assert done.stdout.strip(), done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 
