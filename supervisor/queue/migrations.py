@@ -215,7 +215,7 @@ class _Runner:
         while True:
             try:
                 return attempt()
-            except psycopg.errors.LockNotAvailable:
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
                 tries += 1
                 blockers = _blockers(conn)
                 if time.monotonic() + pause > deadline:
