@@ -53,9 +53,12 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
   AND state IN ('available', 'running', 'scheduled');
 
 -- name: enqueue_many
--- Inserts many jobs in one statement from parallel arrays, in input order (RETURNING follows
--- the insert order, which follows the ORDER BY). Duplicated unique keys insert nothing. Jobs
--- due later are written 'scheduled', like enqueue.
+-- Inserts many jobs in one statement from parallel arrays. Duplicated unique keys insert
+-- nothing. Jobs due later are written 'scheduled', like enqueue. The rows go in by unique key
+-- (rows without one last, in input order; RETURNING follows the insert order, which follows
+-- the ORDER BY): two calls with the same keys in different orders then wait for each other's
+-- keys in the same order instead of deadlocking; the caller maps the ids back by key. Each
+-- returned row says its queue and whether it waits for later, for the wake-ups.
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
 INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
@@ -81,11 +84,11 @@ FROM ROWS FROM (
 CROSS JOIN LATERAL (
     SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
 ) AS r
-ORDER BY t.ord
+ORDER BY t.unique_key COLLATE "C" NULLS LAST, t.ord
 ON CONFLICT (unique_key)
     WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
 DO NOTHING
-RETURNING id, unique_key, state = 'scheduled' AS scheduled;
+RETURNING id, unique_key, queue, state = 'scheduled' AS scheduled;
 
 -- name: notify_queues
 -- One wake-up per queue that received due jobs in a bulk enqueue.
@@ -434,11 +437,14 @@ replayable AS (
            ))
 ),
 replayed AS (
+    -- A cancel request made while it ran belongs to that run: kept, it would have the new run
+    -- stopped a second after it starts.
     UPDATE pgq.jobs AS j
     SET state = 'available',
         attempts = 0,
         run_at = now(),
-        finished_at = NULL
+        finished_at = NULL,
+        cancel_requested_at = NULL
     FROM replayable AS r
     WHERE j.id = r.id
     RETURNING j.id, j.queue
@@ -560,6 +566,11 @@ SET last_tick = EXCLUDED.last_tick,
     updated_at = now()
 WHERE s.last_tick < EXCLUDED.last_tick
 RETURNING name;
+
+-- name: database_clock
+-- The database's clock, the one every host shares: schedule ticks and purge cutoffs are read
+-- from it, not from the host's (a host whose clock runs ahead would take ticks early).
+SELECT clock_timestamp();
 
 -- name: schedule_lock_timeout
 -- The scheduler's transaction waits at most this long for a schedule's row: the holder is

@@ -158,7 +158,32 @@ def run(ctx: Context) -> int:
         if ctx.config.database.auto_migrate:
             for m in migrate(dsn, pooled=ctx.config.database.pooled):
                 log.info("applied migration %04d_%s", m.version, m.name)
+        else:
+            problem = schema_problem(dsn, pooled=ctx.config.database.pooled)
+            if problem:
+                # Before anything forks: children would fail every claim, the master every
+                # service, and the operator would read an outage instead of the cause.
+                print(
+                    f"pgq-supervisor: {describe(dsn)} {problem} and database.auto_migrate is "
+                    f"false: run `pgq-supervisor -c {ctx.config.path} migrate` first",
+                    file=sys.stderr,
+                )
+                return MasterExit.CONFIG
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
+
+
+def schema_problem(dsn: str, *, pooled: bool) -> str | None:
+    """What is missing from the database's pgq schema, or None when it is up to date."""
+    from supervisor.queue.migrations import applied_versions, pending
+
+    with connect(dsn, application_name="pgq-supervisor run", pooled=pooled) as conn:
+        if not applied_versions(conn):
+            return "has no pgq schema"
+        todo = pending(conn)
+    if not todo:
+        return None
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in todo)
+    return f"has an old pgq schema ({len(todo)} migration(s) not applied: {names})"
 
 
 class StartupInterrupted(Exception):

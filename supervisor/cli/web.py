@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+from dataclasses import replace
 
 from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.config.model import WebConfig
+from supervisor.config.reader import Bad
+from supervisor.config.web import host_name, proxy_network
 from supervisor.shared import proctitle
 from supervisor.shared.exits import MasterExit
 
@@ -30,6 +34,25 @@ def web_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to answer besides localhost, 127.0.0.1 and [::1] (repeatable; adds "
+        "to web.allowed_hosts)",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="an address or network whose X-Forwarded-Proto/-Host are believed (repeatable; "
+        "adds to web.trusted_proxies)",
+    )
+    parser.add_argument(
+        "--read-only", action="store_true", help="refuse every action (or web.read_only: true)"
     )
 
 
@@ -66,13 +89,44 @@ def web(ctx: Context) -> int:
             f"refusing to serve the dashboard on {host} without authentication: set "
             "PGQ_WEB_USER and PGQ_WEB_PASSWORD, or PGQ_WEB_TOKEN (or bind to 127.0.0.1)"
         )
-    app = create_app(ctx.dsn(), config=ctx.config, credentials=credentials)
+    try:
+        exposure = _exposure(ctx)
+    except Bad as exc:
+        raise UsageError(exc.problem or "bad --allow-host or --trusted-proxy") from None
+    app = create_app(ctx.dsn(), config=ctx.config, credentials=credentials, web=exposure)
     proctitle.set_title(f"web -c {ctx.config.path} on {host}:{port}")
     log.info(
-        "dashboard on http://%s:%d/ (%s)",
+        "dashboard on http://%s:%d/ (%s%s; answers %s)",
         host,
         port,
-        "authentication required" if credentials.required else "no authentication: local only",
+        "authentication required" if credentials.required else "no authentication",
+        ", read-only" if exposure.read_only else "",
+        ", ".join(["localhost", "127.0.0.1", "[::1]", *exposure.allowed_hosts])
+        if exposure.allowed_hosts or not credentials.required
+        else "any host name",
     )
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, server_header=False)
     return MasterExit.OK
+
+
+def _exposure(ctx: Context) -> WebConfig:
+    """The YAML's web: section, with the command line's additions."""
+    configured = ctx.config.web
+    hosts = [*configured.allowed_hosts]
+    for name in ctx.args.allow_host:
+        try:
+            hosts.append(host_name(name))
+        except Bad as exc:
+            raise Bad(f"--allow-host {name!r}: {exc.problem}") from None
+    proxies = [*configured.trusted_proxies]
+    for address in ctx.args.trusted_proxy:
+        try:
+            proxies.append(proxy_network(address))
+        except Bad as exc:
+            raise Bad(f"--trusted-proxy {address!r}: {exc.problem}") from None
+    return replace(
+        configured,
+        allowed_hosts=tuple(dict.fromkeys(hosts)),
+        trusted_proxies=tuple(dict.fromkeys(proxies)),
+        read_only=configured.read_only or ctx.args.read_only,
+    )

@@ -158,6 +158,16 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class WebConfig:
+    """How the dashboard is exposed (docs/dashboard-security.md)."""
+
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides the loopback ones
+    trusted_proxies: tuple[str, ...] = ()  # networks whose X-Forwarded-* headers are believed
+    read_only: bool = False  # every action refused
+    redact: tuple[str, ...] = ()  # argument keys whose values no page shows
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = "text"  # or "json"
     level: str = "info"  # debug, info, warning, error
@@ -194,6 +204,7 @@ class Config:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.

@@ -46,6 +46,7 @@ from supervisor.config.model import (
 from supervisor.config.reader import Bad, Reader
 from supervisor.config.schedules import schedules
 from supervisor.config.units import format_duration, format_size
+from supervisor.config.web import web
 
 MiB = 2**20
 TiB = 2**40
@@ -70,6 +71,7 @@ TOP_KEYS = (
     "history",
     "metrics",
     "log",
+    "web",
     "schedules",
     "host",
 )
@@ -104,6 +106,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         history=_history(top.section("history", "enabled, keep")),
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
+        web=web(top.section("web", "allowed_hosts, trusted_proxies, read_only, redact")),
         schedules=schedules(top, kinds),
         host=_host(reader, top),
         lines=dict(reader.lines),

@@ -75,6 +75,9 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 entry[name] = value
+        audit = getattr(record, "audit", None)  # the dashboard's actions (web/audit.py)
+        if audit is not None:
+            entry["audit"] = audit
         if record.exc_text or record.exc_info:
             entry["exc"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)

@@ -357,8 +357,8 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     )
     # Rows without a unique key always insert and come back in input order; a row with a key
     # gets the id of whichever job holds that key, inserted now or already there.
-    plain = iter([int(job_id) for job_id, key, _ in returned if key is None])
-    by_key = {key: int(job_id) for job_id, key, _ in returned if key is not None}
+    plain = iter([int(job_id) for job_id, key, _, _ in returned if key is None])
+    by_key = {key: int(job_id) for job_id, key, _, _ in returned if key is not None}
     missing = sorted({r.unique_key for r in rows if r.unique_key and r.unique_key not in by_key})
     if missing:
         found = yield _Step("jobs_by_unique_keys", {"unique_keys": missing}, "all")
@@ -375,10 +375,11 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
                 "this enqueue; enqueue it again"
             )
     if notify:
-        due = sorted({r.queue for r in rows if r.run_at is None and r.delay == 0})
+        # What the database wrote decides, not what was asked: a run_at already past is due.
+        due = sorted({queue for _, _, queue, scheduled in returned if not scheduled})
         if due:
             yield _Step("notify_queues", {"queues": due}, "none")
-        if any(scheduled for _, _, scheduled in returned):
+        if any(scheduled for _, _, _, scheduled in returned):
             yield _Step("notify_scheduled", {}, "none")
     return ids
 

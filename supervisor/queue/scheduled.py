@@ -36,6 +36,14 @@ def seconds_to_next(conn: psycopg.Connection[Any]) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
+def database_now(conn: psycopg.Connection[Any]) -> datetime:
+    """The database's clock: the time every supervisor on it agrees on."""
+    row = conn.execute(query("database_clock")).fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
+
+
 def claim_tick(conn: psycopg.Connection[Any], name: str, tick: datetime) -> bool:
     """Move schedule ``name``'s last tick to ``tick``; True for the one caller that did.
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import datetime, timedelta, tzinfo
+from datetime import time as dt_time
+from typing import Any, Literal
 
 import psycopg
 
@@ -36,10 +37,12 @@ class PurgeRun:
     """One night's purge, as a sequence of steps; ``step`` does one and says when to do the
     next (None: finished)."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, now: datetime) -> None:
+        """``now`` is the run's start on the database's clock: the cutoffs are counted from it,
+        so a host whose clock is off deletes nothing younger than ``discarded_after``."""
         config = host.config
-        now = datetime.now(timezone.utc)
         self.host = host
+        self.now = now
         self.dead_before = now - timedelta(seconds=config.purge.discarded_after)
         self.history_before = now - timedelta(seconds=config.history.keep)
         self.size = SliceSize(config.purge.batch)
@@ -75,7 +78,7 @@ class PurgeRun:
 
     def _runs_log(self) -> float | None:
         # A day's rows of pgq.maintenance_runs (a few per minute across the fleet): one DELETE.
-        before = datetime.now(timezone.utc) - MAINTENANCE_LOG_KEEP
+        before = self.now - MAINTENANCE_LOG_KEEP
         self.host.db.run(
             "trim of the maintenance log",
             lambda conn: maintenance.forget_maintenance_runs(conn, before),
@@ -157,12 +160,8 @@ class Purger(SlicedService[PurgeRun]):
         self.next_due = self.next_run(time.monotonic())  # at purge.at, not at start
 
     def next_start(self, now: float) -> float:
-        at = self.host.config.purge.at
-        local_now = datetime.now().astimezone()
-        target = local_now.replace(hour=at.hour, minute=at.minute, second=at.second, microsecond=0)
-        if target <= local_now:
-            target += timedelta(days=1)
-        return now + (target - local_now).total_seconds()
+        wall = time.time()
+        return now + next_daily(self.host.config.purge.at, wall) - wall
 
     def start(self) -> PurgeRun | None:
         ours = self.host.db.run("purge", self._our_turn)
@@ -171,7 +170,7 @@ class Purger(SlicedService[PurgeRun]):
         if not ours:
             log.info("purge: another supervisor runs today's purge")
             return None
-        return PurgeRun(self.host)
+        return PurgeRun(self.host, ours)
 
     def finish(self, run: PurgeRun) -> None:
         log.info(
@@ -183,9 +182,44 @@ class Purger(SlicedService[PurgeRun]):
             time.monotonic() - run.started,
         )
 
-    def _our_turn(self, conn: psycopg.Connection[Any]) -> bool:
-        """Once a day across every supervisor on the database: the first to record the run."""
+    def _our_turn(self, conn: psycopg.Connection[Any]) -> datetime | Literal[False]:
+        """Once a day across every supervisor on the database: the first to record the run
+        gets its start (the database's clock)."""
         claimed = maintenance.claim_turn(
             conn, locks.PURGE, "purge", self.host.supervisor_id, 3600.0
         )
-        return claimed is not None
+        return claimed if claimed is not None else False
+
+
+def next_daily(at: dt_time, now: float, zone: tzinfo | None = None) -> float:
+    """The next moment after ``now`` (a timestamp) when the wall clock of ``zone`` (the host's
+    own when None) reads ``at``. Each day's moment is that day's own: across a daylight-saving
+    change it is not "24 hours after yesterday's" (an hour off), and an ``at`` inside the hour
+    skipped in spring falls after the gap, like a cron tick."""
+    day = datetime.fromtimestamp(now, zone).date()
+    for days in range(3):
+        wall = datetime.combine(day + timedelta(days=days), at)
+        moment = _moment(wall, zone)
+        if moment > now:
+            return moment
+    raise AssertionError("a wall-clock time recurs every day")
+
+
+def _moment(wall: datetime, zone: tzinfo | None) -> float:
+    # A naive datetime's timestamp() reads it with the host's own zone rules (mktime).
+    moment = wall.replace(tzinfo=zone).timestamp() if zone else wall.timestamp()
+    if _reading(moment, zone) == wall:
+        return moment
+    # Inside a gap: the first second whose reading is past ``wall`` (the end of the gap).
+    lo, hi = moment - 3 * 3600, moment + 3 * 3600
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _reading(mid, zone) >= wall:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _reading(moment: float, zone: tzinfo | None) -> datetime:
+    return datetime.fromtimestamp(moment, zone).replace(tzinfo=None)

@@ -3,14 +3,16 @@
 At each tick the master enqueues the schedule's job in one transaction with a row that moves
 the schedule's last tick forward (pgq.schedules). Only one transaction can move it past a given
 tick, so among any number of supervisors, and across restarts, a tick is enqueued once; the
-job also carries the unique key ``schedule:NAME:TICK``. Ticks come from this host's clock and
-the job's run_at is the tick itself, so a host whose clock runs ahead enqueues a job that the
-stager still releases at the tick.
+job also carries the unique key ``schedule:NAME:TICK``. Ticks are read on the database's
+clock, the one every host shares: a host whose own clock runs ahead takes no tick early (it
+would move the schedule's last tick past ticks the others then never enqueue).
 
-A tick found more than a grace period late (no supervisor ran at its time) was missed:
-``missed: skip`` records it and enqueues nothing, ``missed: run_once`` enqueues one job for the
-latest tick however many were missed. A schedule seen for the first time starts at its next
-tick.
+A tick first looked at more than a grace period after its time (no supervisor ran then) was
+missed: ``missed: skip`` records it and enqueues nothing, ``missed: run_once`` enqueues one job
+for the latest tick however many were missed. Lateness is counted from this master's first try
+at the tick, so a tick it tried on time but could not take (another supervisor held the
+schedule's row, then froze or died) is late, not missed, and runs. A schedule seen for the
+first time starts at its next tick.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -53,9 +55,15 @@ class Scheduler(Service):
         self.unsettled = False
         # The latest tick this master has dealt with, per schedule (enqueued here or elsewhere).
         self.done: dict[str, datetime] = {}
+        # Per schedule, the tick this master is trying to deal with and when (database clock)
+        # it first tried: the time its lateness is counted from.
+        self.first_tried: dict[str, tuple[datetime, datetime]] = {}
+        # How far the database's clock is ahead of this host's, in seconds (measured at every
+        # look), so that the wait for the next tick is counted on the database's clock too.
+        self.offset = 0.0
 
     def next_run(self, now: float) -> float:
-        wall = datetime.now(timezone.utc)
+        wall = datetime.now(timezone.utc) + timedelta(seconds=self.offset)
         schedules = self.host.config.schedules.values()
         wait = min(
             ((next_tick(s, wall) - wall).total_seconds() for s in schedules),
@@ -66,23 +74,42 @@ class Scheduler(Service):
         return time.monotonic() + min(max(wait, 0.0), self.interval)
 
     def run_once(self) -> None:
-        self.run_at(datetime.now(timezone.utc))
+        if not self.host.config.schedules:
+            return
+        now = self.host.db.run("schedules (the database's clock)", self._database_now)
+        if now is None:
+            self.unsettled = True
+            return
+        self.run_at(now)
+
+    def _database_now(self, conn: psycopg.Connection[Any]) -> datetime:
+        before = datetime.now(timezone.utc)
+        now = scheduled.database_now(conn)
+        after = datetime.now(timezone.utc)
+        self.offset = (now - before - (after - before) / 2).total_seconds()
+        return now
 
     def run_at(self, now: datetime) -> None:
-        """Enqueue what the schedules owe at wall-clock time ``now``."""
+        """Enqueue what the schedules owe at ``now`` (the database's clock)."""
         self.unsettled = False
         for schedule in self.host.config.schedules.values():
             tick = latest_tick(schedule, now)
             if self.done.get(schedule.name) == tick:
                 continue
-            if self.host.db.run(f"schedule {schedule.name}", self._tick(schedule, tick, now)):
+            tried = self.first_tried.get(schedule.name)
+            if tried is None or tried[0] != tick:
+                tried = self.first_tried[schedule.name] = (tick, now)
+            deal = self._tick(schedule, tick, tried[1])
+            if self.host.db.run(f"schedule {schedule.name}", deal):
                 self.done[schedule.name] = tick
             else:
                 self.unsettled = True
 
     def _tick(
-        self, schedule: ScheduleConfig, tick: datetime, now: datetime
+        self, schedule: ScheduleConfig, tick: datetime, tried: datetime
     ) -> Callable[[psycopg.Connection[Any]], bool]:
+        """The transaction that deals with ``tick``, first tried at ``tried``."""
+
         def deal(conn: psycopg.Connection[Any]) -> bool:
             try:
                 return enqueue_tick(conn)
@@ -107,7 +134,7 @@ class Scheduler(Service):
                         tick.isoformat(),
                     )
                     return True
-                if not should_run(schedule, last, tick, now):
+                if not should_run(schedule, last, tick, tried):
                     return True
                 job_id = enqueue(
                     conn,

@@ -8,7 +8,7 @@ and the event loop never blocks. Every action returns the sentence the page show
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -27,24 +27,46 @@ class ActionError(Exception):
     """An action that could not be done, with the reason in words for the page."""
 
 
+@dataclass(frozen=True)
+class Done:
+    """What an action did: the sentence for the page, and the jobs it changed (for the audit
+    log; empty for a queue's pause or resume, and for a purge, which counts)."""
+
+    said: str
+    jobs: tuple[int, ...] = ()
+
+
 class Actions:
-    def __init__(self, conninfo: str, *, history: bool = False, pooled: bool = False) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        history: bool = False,
+        pooled: bool = False,
+        purge_batch: int = maintenance.PURGE_BATCH,
+    ) -> None:
         self._conninfo = conninfo
+        # A purge deletes this many per transaction, as `dlq purge` does: one transaction over
+        # millions of dead letters would hold their locks, and the WAL, until it ended.
+        self._purge_batch = purge_batch
         # Through a transaction-mode pooler: connect() then prepares nothing server-side.
         self._pooled = pooled
         # Whether a cancel writes pgq.job_history, as the supervisor's own outcomes do.
         self._history = history
 
-    async def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    async def _run(self, fn: Callable[[psycopg.Connection[Any]], T], *, one: bool = True) -> T:
+        """``fn`` on a connection of its own, in one transaction (``one``), or left to make
+        its own transactions."""
+
         def work() -> T:
             try:
-                with (
-                    connect(
-                        self._conninfo, application_name="pgq-supervisor web", pooled=self._pooled
-                    ) as conn,
-                    conn.transaction(),
-                ):
-                    return fn(conn)
+                with connect(
+                    self._conninfo, application_name="pgq-supervisor web", pooled=self._pooled
+                ) as conn:
+                    if not one:
+                        return fn(conn)
+                    with conn.transaction():
+                        return fn(conn)
             except DatabaseError as exc:
                 raise ActionError(str(exc)) from None
             except psycopg.Error as exc:
@@ -55,7 +77,7 @@ class Actions:
 
     async def replay(
         self, which: maintenance.ReplayFilter, *, older_than: float | None = None
-    ) -> str:
+    ) -> Done:
         def replay(conn: psycopg.Connection[Any]) -> maintenance.Replayed:
             if older_than is None:
                 return maintenance.replay(conn, which)
@@ -76,53 +98,66 @@ class Actions:
                 f"job {job_id} stays dead: its unique key {key!r} is held by a waiting or "
                 "running job"
             )
-        return "; ".join(said) or "nothing to replay: no dead letter matched"
+        return Done("; ".join(said) or "nothing to replay: no dead letter matched", tuple(done.ids))
 
-    async def purge(self, older_than: float, kind: str | None, queue: str | None) -> str:
+    async def purge(self, older_than: float, kind: str | None, queue: str | None) -> Done:
         def purge(conn: psycopg.Connection[Any]) -> int:
             # The cutoff is on the server's clock, like `dlq purge --older-than`.
-            cutoff = server_clock(conn) - timedelta(seconds=older_than)
-            return maintenance.purge_discarded(conn, cutoff, kind=kind, queue=queue)
+            with conn.transaction():
+                cutoff = server_clock(conn) - timedelta(seconds=older_than)
+            deleted = 0
+            while True:
+                with conn.transaction():  # one commit per slice
+                    n = maintenance.purge_discarded_slice(
+                        conn, cutoff, limit=self._purge_batch, kind=kind, queue=queue
+                    )
+                deleted += n
+                if n < self._purge_batch:
+                    return deleted
 
-        deleted = await self._run(purge)
+        deleted = await self._run(purge, one=False)
         narrowed = "".join(
             f" {label} {value}"
             for label, value in (("of kind", kind), ("in queue", queue))
             if value
         )
-        return f"purged {_jobs(deleted)}{narrowed} older than {age(older_than)}"
+        return Done(f"purged {_jobs(deleted)}{narrowed} older than {age(older_than)}")
 
-    async def cancel(self, job_id: int) -> str:
+    async def cancel(self, job_id: int) -> Done:
         done = await self._run(lambda conn: control.cancel(conn, job_id, history=self._history))
         if done.cancelled:
-            return f"cancelled job {job_id}: it will not run"
+            return Done(f"cancelled job {job_id}: it will not run", (job_id,))
         if done.requested:
-            return (
+            return Done(
                 f"asked the supervisor running job {job_id} to stop it; it ends cancelled "
-                "within about a second"
+                "within about a second",
+                (job_id,),
             )
         if done.finished:
-            return f"job {job_id} was not cancelled: it had already ended {done.finished[job_id]}"
-        return f"job {job_id} was not cancelled: there is no such job (completed or purged)"
+            return Done(
+                f"job {job_id} was not cancelled: it had already ended {done.finished[job_id]}"
+            )
+        return Done(f"job {job_id} was not cancelled: there is no such job (completed or purged)")
 
-    async def retry_now(self, job_id: int) -> str:
+    async def retry_now(self, job_id: int) -> Done:
         done = await self._run(lambda conn: control.retry_now(conn, job_id))
         if done is None:
-            return f"job {job_id} was not waiting (running, finished or gone): nothing to do"
-        return (
+            return Done(f"job {job_id} was not waiting (running, finished or gone): nothing to do")
+        return Done(
             f"job {job_id} is due now in queue {done.queue} (it was {done.previous_state}, "
-            f"due {clock_time(done.previous_run_at)})"
+            f"due {clock_time(done.previous_run_at)})",
+            (job_id,),
         )
 
-    async def pause(self, queue: str) -> str:
+    async def pause(self, queue: str) -> Done:
         if await self._run(lambda conn: control.pause_queue(conn, queue)):
-            return f"paused queue {queue}: no host claims from it until it is resumed"
-        return f"queue {queue} was paused already"
+            return Done(f"paused queue {queue}: no host claims from it until it is resumed")
+        return Done(f"queue {queue} was paused already")
 
-    async def resume(self, queue: str) -> str:
+    async def resume(self, queue: str) -> Done:
         if await self._run(lambda conn: control.resume_queue(conn, queue)):
-            return f"resumed queue {queue}: its workers were woken"
-        return f"queue {queue} was not paused"
+            return Done(f"resumed queue {queue}: its workers were woken")
+        return Done(f"queue {queue} was not paused")
 
 
 def _jobs(n: int) -> str:

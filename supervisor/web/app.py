@@ -20,9 +20,11 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from supervisor.config import Config
+from supervisor.config.model import WebConfig
 from supervisor.queue.dsn import describe
 from supervisor.web import controls, pages
 from supervisor.web.actions import Actions
+from supervisor.web.exposure import Exposure, ExposureMiddleware
 from supervisor.web.reads import dashboard_query
 from supervisor.web.security import AuthMiddleware, Credentials, CsrfCookieMiddleware
 from supervisor.web.site import Site, templates
@@ -39,6 +41,7 @@ def create_app(
     config: Config | None = None,
     credentials: Credentials | None = None,
     pooled: bool | None = None,
+    web: WebConfig | None = None,
 ) -> Starlette:
     """The dashboard for the database at ``dsn`` (the app opens and closes its own pool), or on
     the caller's ``pool`` (opened and closed by the caller). ``config`` (the supervisor's YAML)
@@ -47,7 +50,9 @@ def create_app(
     the database is reached through a transaction-mode pooler (PgBouncer), where each
     transaction may run on another server session, so nothing is prepared server-side; it
     defaults to the YAML's ``database.pooler: transaction``. A caller's own ``pool`` must then
-    be opened with ``prepare_threshold=None`` in its kwargs (the actions follow ``pooled``)."""
+    be opened with ``prepare_threshold=None`` in its kwargs (the actions follow ``pooled``).
+    ``web`` (allowed hosts, trusted proxies, read-only, redaction) defaults to the YAML's
+    ``web:`` section (docs/dashboard-security.md)."""
     if (dsn is None) == (pool is None):
         raise ValueError("create_app needs a dsn or a pool (exactly one)")
     own_pool = pool is None
@@ -69,6 +74,10 @@ def create_app(
             name="pgq-web",
         )
     conninfo = pool.conninfo
+    if web is None:
+        web = config.web if config is not None else WebConfig()
+    credentials = credentials or Credentials.from_env()
+    exposure = Exposure.of(credentials.required, web.allowed_hosts, web.trusted_proxies)
     site = Site(
         pool=pool,
         config=config,
@@ -76,6 +85,8 @@ def create_app(
         actions=Actions(conninfo, history=bool(config and config.history.enabled), pooled=pooled),
         templates=templates(HERE / "templates"),
         throughput=Throughput(dashboard_query("web_throughput_since")),
+        web=web,
+        exposure=exposure,
     )
 
     @asynccontextmanager
@@ -90,13 +101,17 @@ def create_app(
 
     app = Starlette(
         routes=[
-            # Actions first: /queues/NAME/pause must not be read as the page of "NAME/pause".
-            *controls.routes(site),
+            # A queue's page and its actions are told apart by the path's structure
+            # (controls.queue_paths), so a queue named "x/pause" shadows nothing.
+            *controls.routes(site, pages.queue_page(site)),
             *pages.routes(site),
             Mount("/static", StaticFiles(directory=HERE / "static")),
         ],
         middleware=[
-            Middleware(AuthMiddleware, credentials=credentials or Credentials.from_env()),
+            # First: a request by a Host the dashboard does not answer (DNS rebinding) gets
+            # nothing, not even the authentication challenge.
+            Middleware(ExposureMiddleware, exposure=exposure),
+            Middleware(AuthMiddleware, credentials=credentials),
             Middleware(CsrfCookieMiddleware),
         ],
         lifespan=lifespan,

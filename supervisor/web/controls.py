@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -20,7 +20,8 @@ from starlette.routing import Route
 
 from supervisor.cli.tables import age
 from supervisor.queue.maintenance import ReplayFilter
-from supervisor.web.actions import ActionError
+from supervisor.web import audit
+from supervisor.web.actions import ActionError, Done
 from supervisor.web.security import csrf_problem
 from supervisor.web.site import FLASH_COOKIE, Site, duration, root_path
 
@@ -34,19 +35,30 @@ class Plan:
     button: str
     back: str
     fields: Mapping[str, str]
-    run: Callable[[], Awaitable[str]]
+    run: Callable[[], Awaitable[Done]]
     danger: bool = False
 
 
-def action(site: Site, plan_for: Callable[[Mapping[str, str]], Plan]) -> Callable[..., Any]:
-    """An endpoint that confirms on GET and acts on POST."""
+def action(
+    site: Site, name: str, plan_for: Callable[[Mapping[str, str]], Plan]
+) -> Callable[..., Any]:
+    """An endpoint that confirms on GET and acts on POST; every POST that acts (or fails) is
+    written to the audit log."""
 
     async def endpoint(request: Request) -> Response:
+        if site.web.read_only:
+            return site.render(
+                request,
+                "error.html",
+                status_code=403,
+                message="this dashboard is read-only (web.read_only or --read-only): it shows, "
+                "it does not act",
+            )
         if request.method == "GET":
             values = {**request.query_params, **request.path_params}
             return site.render(request, "confirm.html", plan=plan_for(values))
         form = await request.form()
-        problem = csrf_problem(request, form)
+        problem = csrf_problem(request, form, site.exposure.host_allowed)
         if problem:
             return site.render(
                 request, "error.html", status_code=403, message=f"refused: {problem}"
@@ -54,19 +66,21 @@ def action(site: Site, plan_for: Callable[[Mapping[str, str]], Plan]) -> Callabl
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         plan = plan_for({**values, **request.path_params})
         try:
-            said = await plan.run()
+            done = await plan.run()
         except ActionError as exc:
+            audit.record(request, name, plan.fields, failed=str(exc))
             return site.render(request, "error.html", status_code=500, message=str(exc))
+        audit.record(request, name, plan.fields, done=done)
         response = RedirectResponse(root_path(request) + plan.back, status_code=303)
         # Percent-encoded: a queue or error named in the sentence may hold any character.
-        flash = quote(said, safe=" ")
+        flash = quote(done.said, safe=" ")
         response.set_cookie(FLASH_COOKIE, flash, max_age=60, httponly=True, samesite="strict")
         return response
 
     return endpoint
 
 
-def routes(site: Site) -> list[Route]:
+def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> list[Route]:
     def replay_job(values: Mapping[str, Any]) -> Plan:
         job_id = int(values["job_id"])
         return Plan(
@@ -171,13 +185,43 @@ def routes(site: Site) -> list[Route]:
             run=lambda: site.actions.resume(queue),
         )
 
+    queue_actions = {
+        "pause": action(site, "pause queue", pause),
+        "resume": action(site, "resume queue", resume),
+    }
+
+    async def queue_paths(request: Request) -> Response:
+        # By the path's structure: /queues/NAME is the queue's page and /queues/NAME/pause its
+        # action, with NAME one percent-encoded segment; a queue named "x/pause" is
+        # /queues/x%2Fpause, never the pause action of queue x.
+        parts = queue_path_parts(request)
+        if len(parts) == 1 and request.method == "GET":
+            request.scope["path_params"] = {"queue": parts[0]}
+            return await queue_page(request)
+        if len(parts) == 2 and parts[1] in queue_actions:
+            request.scope["path_params"] = {"queue": parts[0]}
+            return await queue_actions[parts[1]](request)  # type: ignore[no-any-return]
+        raise HTTPException(404, "no such page (a queue's name is one percent-encoded segment)")
+
     both = ["GET", "POST"]
     return [
-        Route("/jobs/{job_id:int}/cancel", action(site, cancel_job), methods=both),
-        Route("/jobs/{job_id:int}/run-now", action(site, run_now), methods=both),
-        Route("/queues/{queue:path}/pause", action(site, pause), methods=both),
-        Route("/queues/{queue:path}/resume", action(site, resume), methods=both),
-        Route("/jobs/{job_id:int}/replay", action(site, replay_job), methods=both),
-        Route("/dead/replay", action(site, replay_many), methods=both),
-        Route("/dead/purge", action(site, purge_many), methods=both),
+        Route("/jobs/{job_id:int}/cancel", action(site, "cancel job", cancel_job), methods=both),
+        Route("/jobs/{job_id:int}/run-now", action(site, "run job now", run_now), methods=both),
+        Route("/queues/{rest:path}", queue_paths, methods=both),
+        Route("/jobs/{job_id:int}/replay", action(site, "replay job", replay_job), methods=both),
+        Route("/dead/replay", action(site, "replay dead letters", replay_many), methods=both),
+        Route("/dead/purge", action(site, "purge dead letters", purge_many), methods=both),
     ]
+
+
+def queue_path_parts(request: Request) -> list[str]:
+    """The segments after /queues/, split on the slashes of the path as sent (raw_path) and
+    each one decoded."""
+    raw = request.scope.get("raw_path")
+    prefix = quote(request.scope.get("root_path", "")) + "/queues/"
+    if raw is not None:
+        sent = raw.decode("latin-1")
+        if sent.startswith(prefix):
+            return [unquote(part) for part in sent[len(prefix) :].split("/")]
+    # A server that gives no raw path: the decoded one, where a queue's own slash is lost.
+    return str(request.path_params.get("rest", "")).split("/")

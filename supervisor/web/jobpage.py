@@ -7,7 +7,8 @@ index (sql/dashboard.sql, web_job_history).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from supervisor.queue.control import Errors, JobDetail, errors_of
 from supervisor.queue.queries import query
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
+from supervisor.web.redact import redact
 
 # History rows shown for one job: one per time it finished (a replayed dead letter finishes
 # again), so a handful at most in practice.
@@ -50,13 +52,18 @@ class JobView:
         return self.history[0].errors if self.history else Errors([])
 
 
-async def read(pool: AsyncConnectionPool[Any], job_id: int) -> JobView:
+async def read(
+    pool: AsyncConnectionPool[Any], job_id: int, *, redacted: Collection[str] = ()
+) -> JobView:
+    """The job's view, its arguments' ``redacted`` keys already replaced (web.redact)."""
     async with snapshot(pool) as conn:
         now = await server_now(conn)
         async with conn.cursor() as cur:
             await cur.execute(query("job_detail"), {"id": job_id})
             row = await cur.fetchone()
         job = JobDetail(*row) if row is not None else None
+        if job is not None and redacted:
+            job = replace(job, args=redact(job.args, redacted))
         params = {
             "id": job_id,
             "since": job.created_at if job is not None else None,

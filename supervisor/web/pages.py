@@ -8,6 +8,7 @@ of our own.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -40,10 +41,8 @@ def _text(request: Request, name: str) -> str | None:
     return request.query_params.get(name, "").strip() or None
 
 
-def routes(site: Site) -> list[Route]:
-    async def overview(request: Request) -> Response:
-        data = await reads.overview(site.pool, site.config, site.database, site.throughput)
-        return site.render(request, "overview.html", view=data)
+def queue_page(site: Site) -> Callable[[Request], Awaitable[Response]]:
+    """A queue's page, /queues/NAME (routed with the queue's actions: controls.py)."""
 
     async def queue(request: Request) -> Response:
         name = request.path_params["queue"]
@@ -55,9 +54,17 @@ def routes(site: Site) -> list[Route]:
         )
         return site.render(request, "queue.html", view=page, states=STATES)
 
+    return queue
+
+
+def routes(site: Site) -> list[Route]:
+    async def overview(request: Request) -> Response:
+        data = await reads.overview(site.pool, site.config, site.database, site.throughput)
+        return site.render(request, "overview.html", view=data)
+
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        view = await jobpage.read(site.pool, job_id)
+        view = await jobpage.read(site.pool, job_id, redacted=site.web.redact)
         if view.job is not None:
             return site.render(request, "job.html", job=view.job, view=view, now=view.now)
         if view.history:
@@ -92,7 +99,6 @@ def routes(site: Site) -> list[Route]:
 
     return [
         Route("/", overview),
-        Route("/queues/{queue:path}", queue),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),
         Route("/workers", workers),

@@ -14,7 +14,7 @@ import binascii
 import hmac
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any
@@ -69,6 +69,18 @@ class Credentials:
             return True
         return self._equal(self.user, user) & self._equal(self.password, password)
 
+    def user_of(self, authorization: str) -> str:
+        """The name to record for accepted credentials."""
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(value.strip()).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return "token"
+            if not self._equal(self.token, password):
+                return user
+        return "token"
+
     @staticmethod
     def _equal(expected: str | None, given: str) -> bool:
         # Constant-time, so the time taken says nothing about how much of a secret matched.
@@ -89,6 +101,8 @@ class AuthMiddleware:
         headers = dict(scope["headers"])
         given = headers.get(b"authorization", b"").decode("latin-1")
         if given and self.credentials.accepts(given):
+            # Who acts, for the audit log: the Basic user, or "token".
+            scope.setdefault("state", {})["who"] = self.credentials.user_of(given)
             await self.app(scope, receive, send)
             return
         response = PlainTextResponse(
@@ -126,12 +140,23 @@ class CsrfCookieMiddleware:
         await self.app(scope, receive, send_with_cookie)
 
 
-def csrf_problem(request: Request, form: Mapping[str, Any]) -> str | None:
-    """Why this POST must be refused, or None when it carries the token it was given."""
+def csrf_problem(
+    request: Request, form: Mapping[str, Any], allowed: Callable[[str], bool]
+) -> str | None:
+    """Why this POST must be refused, or None when it carries the token it was given.
+
+    The Origin must be the dashboard itself as the browser reached it: the scheme and Host of
+    the request (a trusted proxy's, when behind one), and a host name in the allowed set
+    (``allowed``), never merely whatever Host the request carries."""
     origin = request.headers.get("origin")
     if origin and origin != "null":
-        expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        if origin != expected:
+        scheme, _, authority = origin.partition("://")
+        host = request.headers.get("host", "")
+        if (
+            scheme.lower() != request.url.scheme
+            or authority.lower() != host.lower()
+            or not allowed(authority)
+        ):
             return f"the request came from another site ({origin})"
     cookie = request.cookies.get(CSRF_COOKIE, "")
     given = str(form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER) or "")

@@ -18,9 +18,11 @@ from starlette.responses import HTMLResponse, Response
 from supervisor.cli.status_view import share
 from supervisor.cli.tables import age, clock_time
 from supervisor.config import Config
+from supervisor.config.model import WebConfig
 from supervisor.config.units import UnitError, parse_duration
 from supervisor.web import charts
 from supervisor.web.actions import Actions
+from supervisor.web.exposure import Exposure
 from supervisor.web.security import CSRF_FIELD
 from supervisor.web.throughput import Throughput
 
@@ -38,6 +40,9 @@ class Site:
     templates: Environment
     # The overview's per-minute chart, counted incrementally by this process.
     throughput: Throughput
+    # How it is exposed: allowed hosts, trusted proxies, read-only, redacted argument keys.
+    web: WebConfig
+    exposure: Exposure
 
     def render(
         self, request: Request, name: str, status_code: int = 200, **values: Any
@@ -53,6 +58,7 @@ class Site:
             # with it.
             root=root_path(request),
             refresh=REFRESH_SECONDS,
+            read_only=self.web.read_only,
             **values,
         )
         response = HTMLResponse(html, status_code=status_code)

@@ -243,3 +243,32 @@ def test_the_shipped_config_opts_in_to_the_embedded_server() -> None:
     from tests.commands import ROOT
 
     assert load_config(str(ROOT / "config" / "queues.yaml")).database.embedded
+
+
+NO_AUTO_MIGRATE = """
+database: {auto_migrate: false}
+handlers: {noop: tests.handlers:noop}
+pools: {main: {processes: 1, queues: {default: 1}}}
+"""
+
+
+def test_run_on_a_database_without_the_schema_exits_2_and_says_to_migrate(
+    tmp_path: Path, empty_dsn: str
+) -> None:
+    config = tmp_path / "q.yaml"
+    config.write_text(NO_AUTO_MIGRATE)
+    done = run_cli(config, "run", env={**os.environ, "PGQ_DSN": empty_dsn}, timeout=30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "has no pgq schema" in done.stderr
+    assert f"pgq-supervisor -c {config} migrate" in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") < 5, done.stderr
+    # An old schema (a migration not applied) is named too.
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        from supervisor.queue.migrations import migrate
+
+        migrate(conn)
+        (last,) = conn.execute("SELECT max(version) FROM pgq.schema_migrations").fetchone()
+        conn.execute("DELETE FROM pgq.schema_migrations WHERE version = %s", (last,))
+    done = run_cli(config, "run", env={**os.environ, "PGQ_DSN": empty_dsn}, timeout=30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"1 migration(s) not applied: {last:04d}_" in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -177,3 +178,55 @@ def test_delay_accepts_timedelta(conn: psycopg.Connection[Any]) -> None:
         "SELECT extract(epoch FROM run_at - created_at) FROM pgq.jobs WHERE id = %s", (job_id,)
     ).fetchone()
     assert 299 < float(seconds) < 301
+
+
+def test_a_bulk_enqueue_of_jobs_whose_run_at_is_past_wakes_their_queue(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as app:
+        listener.execute("LISTEN pgq_jobs")
+        past = datetime.now(timezone.utc) - timedelta(minutes=1)
+        with app.transaction():
+            enqueue_many(app, [NewJob("noop", queue="overdue", run_at=past)])
+        assert _notifications(listener) == ["overdue"]
+        state = app.execute("SELECT state FROM pgq.jobs WHERE queue = 'overdue'").fetchone()
+        assert state == ("available",)
+
+
+def _race(dsn: str, prefix: str, orders: dict[str, list[str]]) -> dict[str, Any]:
+    """Each order's bulk enqueue in a session of its own, all let go at once."""
+    start = threading.Barrier(len(orders))
+    results: dict[str, Any] = {}
+
+    def enqueue_keys(name: str, order: list[str]) -> None:
+        try:
+            with psycopg.connect(dsn) as conn:
+                jobs = [NewJob("noop", {"k": k}, unique_key=f"{prefix}:{k}") for k in order]
+                start.wait()
+                results[name] = enqueue_many(conn, jobs)
+        except Exception as exc:  # reported by the caller's assertions
+            results[name] = exc
+
+    threads = [threading.Thread(target=enqueue_keys, args=item) for item in orders.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def test_two_bulk_enqueues_of_the_same_keys_in_opposite_orders_do_not_deadlock(dsn: str) -> None:
+    keys = [f"order-{i:05d}" for i in range(2000)]
+    for prefix in ("a", "b"):
+        results = _race(dsn, prefix, {"up": keys, "down": keys[::-1]})
+        up, down = results["up"], results["down"]
+        assert isinstance(up, list) and isinstance(down, list), results
+        # The same jobs, each id in its caller's input order.
+        assert up == down[::-1]
+        assert len(set(up)) == len(keys)
+        with psycopg.connect(dsn) as conn:
+            rows = dict(
+                conn.execute(
+                    "SELECT id, args->>'k' FROM pgq.jobs WHERE unique_key LIKE %s",
+                    (f"{prefix}:%",),
+                ).fetchall()
+            )
+        assert [rows[i] for i in up] == keys

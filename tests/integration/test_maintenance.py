@@ -11,6 +11,7 @@ import pytest
 from supervisor import NewJob, claim, enqueue, enqueue_many
 from supervisor.queue import locks
 from supervisor.queue import maintenance as m
+from supervisor.queue.queries import query
 
 
 def _expire(conn: psycopg.Connection[Any]) -> None:
@@ -126,6 +127,19 @@ def test_replay_by_id_kind_queue_and_age(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(ValueError, match="needs ids"):
         m.replay(conn, m.ReplayFilter())
     assert sorted(m.replay(conn, m.ReplayFilter(everything=True)).ids) == [b, d]
+
+
+def test_a_replayed_dead_letter_leaves_its_old_cancel_request_behind(
+    conn: psycopg.Connection[Any],
+) -> None:
+    dead = _dead(conn, "pdf", "pdf", 1)
+    # Asked to cancel while it ran its last attempt, which then failed: a dead letter.
+    conn.execute("UPDATE pgq.jobs SET cancel_requested_at = now() WHERE id = %s", (dead,))
+    assert m.replay(conn, m.ReplayFilter(ids=[dead])).ids == [dead]
+    (job,) = claim(conn, "pdf", worker="w")
+    assert job.id == dead
+    # What the master reads every second to stop cancelled jobs: nothing for its new run.
+    assert conn.execute(query("cancel_requests"), {"workers": ["w"]}).fetchall() == []
 
 
 def test_history_partitions_are_created_ahead_and_dropped(conn: psycopg.Connection[Any]) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -170,6 +171,32 @@ def test_the_nightly_purge_advances_in_slices_across_turns(
     assert turns >= 3000 // 400  # no slice was larger than purge.batch
     # Done: the next run is at the next purge.at, not at the next turn.
     assert abs(purger.next_due - purger.next_run(time.monotonic())) < 5
+
+
+def test_the_purge_counts_its_cutoff_on_the_database_s_clock(
+    host: Host, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import supervisor.services.purge as purge_module
+
+    class TwoHoursAhead(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=2)
+
+    # Dead letters 23 hours old (discarded_after is 1d) on a host whose clock is 2 hours ahead.
+    conn.execute(
+        "INSERT INTO pgq.jobs (queue, kind, args, state, attempts, finished_at)"
+        " SELECT 'default', 'noop', '{}', 'discarded', 1, now() - interval '23 hours'"
+        " FROM generate_series(1, 50)"
+    )
+    _old_dead_letters(conn, 10)
+    monkeypatch.setattr(purge_module, "datetime", TwoHoursAhead)
+    purger = Purger(host)
+    purger.run(time.monotonic())
+    _turns_until_done(purger)
+    # Only the 30-day-old ones went: the host's clock would have taken the 23-hour-old too.
+    assert _count(conn, "SELECT count(*) FROM pgq.jobs") == 50
+    assert host.counters.purged == 10
 
 
 def test_the_rescuer_advances_in_slices_across_turns(

@@ -7,8 +7,10 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
+import pytest
 
 from supervisor import NewJob, claim, enqueue, enqueue_many
 from supervisor.config import parse_config
@@ -313,3 +315,126 @@ def test_a_schedule_row_held_by_a_frozen_supervisor_does_not_hang_the_master(dsn
     assert [row[0] for row in _scheduled_jobs(dsn)] == [three]
     assert not scheduler.unsettled
     host.db.close()
+
+
+NIGHT = """
+handlers: {sync_accounts: tests.handlers:noop}
+pools: {main: {queues: {default: 1}}}
+schedules:
+  night: {cron: "%s", timezone: %s, kind: sync_accounts, missed: %s}
+"""
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone", "evening", "expected"),
+    [
+        # Autumn: the hour from 02:00 (Berlin) or 01:00 (New York) happens twice.
+        (
+            "*/20 2 * * *",
+            "Europe/Berlin",
+            (2026, 10, 24, 23),
+            ["02:00+0200", "02:20+0200", "02:40+0200"],
+        ),
+        ("*/30 1 * * *", "America/New_York", (2026, 11, 1, 3), ["01:00-0400", "01:30-0400"]),
+        (
+            "0,30 * * * *",
+            "Europe/Berlin",
+            (2026, 10, 24, 23, 45),
+            [
+                "02:00+0200",
+                "02:30+0200",
+                "02:00+0100",
+                "02:30+0100",
+                "03:00+0100",
+                "03:30+0100",
+                "04:00+0100",
+                "04:30+0100",
+                "05:00+0100",
+                "05:30+0100",
+            ],
+        ),
+        # Spring: no 02:xx at all that night in Berlin; its ticks run once, at 03:00.
+        ("*/20 2 * * *", "Europe/Berlin", (2026, 3, 28, 22), ["03:00+0200"]),
+    ],
+)
+def test_a_daylight_saving_night_enqueues_each_tick_once_and_misses_none(
+    dsn: str,
+    caplog: pytest.LogCaptureFixture,
+    cron: str,
+    zone: str,
+    evening: tuple[int, ...],
+    expected: list[str],
+) -> None:
+    start = datetime(*evening, tzinfo=UTC)
+    local = ZoneInfo(zone)
+    for missed in ("skip", "run_once"):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgq.jobs; DELETE FROM pgq.schedules")
+        host = _Host(dsn, NIGHT % (cron, zone, missed))
+        caplog.clear()
+        for step in range(5 * 3600 // 13):  # five hours, a look every 13 s, restarts
+            if step % 70 == 0:
+                scheduler = Scheduler(host)  # type: ignore[arg-type]
+            scheduler.run_at(start + timedelta(seconds=13 * step))
+        run_ats = [row[0] for row in _scheduled_jobs(dsn)]
+        assert [t.astimezone(local).strftime("%H:%M%z") for t in run_ats] == expected, missed
+        assert "missed" not in caplog.text, missed
+        host.db.close()
+
+
+def test_a_tick_held_up_by_a_frozen_supervisor_is_late_not_missed(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = _Host(dsn, SCHEDULES % "skip")
+    three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    Scheduler(host).run_at(three - timedelta(hours=1))  # type: ignore[arg-type]
+    scheduler = Scheduler(host)  # type: ignore[arg-type]
+    with psycopg.connect(dsn) as frozen:  # took the row at 03:00, then froze
+        frozen.execute("SELECT 1 FROM pgq.schedules WHERE name = 'nightly' FOR UPDATE")
+        scheduler.run_at(three + timedelta(seconds=1))  # on time, held up
+        scheduler.run_at(three + timedelta(minutes=4))
+        assert scheduler.unsettled and _scheduled_jobs(dsn) == []
+    # Ten minutes on, the frozen one's session is gone: its tick was late, never missed.
+    scheduler.run_at(three + timedelta(minutes=10))
+    assert [row[0] for row in _scheduled_jobs(dsn)] == [three]
+    assert "missed" not in caplog.text
+    host.db.close()
+
+
+class _Ahead(datetime):
+    """This host's clock, 35 s ahead of the database's."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:
+        return datetime.now(tz) + timedelta(seconds=35)
+
+
+EVERY_SECOND = """
+handlers: {sync_accounts: tests.handlers:noop}
+pools: {main: {queues: {default: 1}}}
+schedules:
+  often: {every: 1s, kind: sync_accounts, missed: skip}
+"""
+
+
+def test_a_host_whose_clock_runs_ahead_takes_no_tick_early(
+    dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import supervisor.services.scheduler as scheduler_module
+
+    on_time = _Host(dsn, EVERY_SECOND)
+    Scheduler(on_time).run_once()  # type: ignore[arg-type]  # first seen
+    ahead_host = _Host(dsn, EVERY_SECOND)
+    ahead = Scheduler(ahead_host)  # type: ignore[arg-type]
+    monkeypatch.setattr(scheduler_module, "datetime", _Ahead)
+    ahead.run_once()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        last, now = conn.execute(
+            "SELECT last_tick, clock_timestamp() FROM pgq.schedules WHERE name = 'often'"
+        ).fetchone()
+    assert last <= now  # no tick taken 35 s early, so none skipped for the fleet
+    assert "missed" not in caplog.text
+    # Its wait for the next tick is counted on the database's clock too.
+    assert ahead.next_run(time.monotonic()) - time.monotonic() <= 1.1
+    on_time.db.close()
+    ahead_host.db.close()

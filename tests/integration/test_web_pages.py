@@ -23,7 +23,9 @@ def with_client(dsn: str, steps: Callable[[httpx.AsyncClient], Awaitable[Any]]) 
         async with AsyncConnectionPool(dsn, min_size=1, kwargs={"autocommit": True}) as pool:
             app = create_app(pool=pool, credentials=Credentials())
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
                 return await steps(client)
 
     return asyncio.run(run())
@@ -70,7 +72,9 @@ def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(
             dashboard = create_app(pool=pool, credentials=Credentials())
             app = Starlette(routes=[Mount("/pgq", dashboard)])
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
                 overview = await client.get("/pgq/")
                 htmx = await client.get("/pgq/static/htmx.min.js")
                 confirm = await client.get(f"/pgq/jobs/{job_id}/replay")
@@ -100,7 +104,9 @@ def test_a_database_that_does_not_answer_gets_a_page_that_says_so_without_the_pa
         # The app opens its own pool (dsn=...) in its lifespan, as a server would run it.
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
                 return await client.get("/")
 
     page = asyncio.run(get())

@@ -95,7 +95,9 @@ def test_a_database_without_the_schema_gets_a_page_that_says_what_to_do(empty_ds
         async with AsyncConnectionPool(empty_dsn, min_size=1, kwargs={"autocommit": True}) as pool:
             app = create_app(pool=pool, credentials=Credentials())
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
                 return await client.get("/")
 
     page = asyncio.run(get())

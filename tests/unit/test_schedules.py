@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from supervisor.config import ConfigError, ScheduleConfig, parse_config
-from supervisor.config.ticks import latest_tick, next_ticks
+from supervisor.config.ticks import latest_tick, next_ticks, ticks_after
 from supervisor.services.scheduler import should_run
 from tests.commands import run_cli
 
@@ -182,3 +182,128 @@ def test_missed_ticks_skip_or_run_once() -> None:
     every = ScheduleConfig(name="s", kind="k", every=2.0, missed="skip")
     now = datetime(2026, 12, 1, 3, 0, 10, 500000, tzinfo=UTC)
     assert should_run(every, now - timedelta(seconds=30.5), latest_tick(every, now), now)
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def _local(ticks: list[datetime], zone: ZoneInfo) -> list[str]:
+    return [t.astimezone(zone).strftime("%H:%M%z") for t in ticks]
+
+
+def _night(schedule: ScheduleConfig, start: datetime, hours: int) -> list[datetime]:
+    end = start + timedelta(hours=hours)
+    return list(itertools.takewhile(lambda t: t < end, ticks_after(schedule, start)))
+
+
+def test_a_named_hour_repeated_in_autumn_ticks_once_and_a_clock_hour_twice() -> None:
+    # 2026-10-25 in Berlin: 03:00 CEST -> 02:00 CET; the hour from 02:00 happens twice.
+    evening = datetime(2026, 10, 24, 22, tzinfo=UTC)
+    assert _local(_night(_cron("*/20 2 * * *"), evening, 6), BERLIN) == [
+        "02:00+0200",
+        "02:20+0200",
+        "02:40+0200",
+    ]
+    # 2026-11-01 in New York: 02:00 EDT -> 01:00 EST.
+    ny_evening = datetime(2026, 11, 1, 2, tzinfo=UTC)
+    assert _local(_night(_cron("*/30 1 * * *", "America/New_York"), ny_evening, 8), NEW_YORK) == [
+        "01:00-0400",
+        "01:30-0400",
+    ]
+    # The hour field a wildcard: the clock's every half hour of real time, both passes.
+    assert _local(
+        _night(_cron("0,30 * * * *"), datetime(2026, 10, 24, 22, 59, tzinfo=UTC), 3), BERLIN
+    ) == [
+        "01:00+0200",
+        "01:30+0200",
+        "02:00+0200",
+        "02:30+0200",
+        "02:00+0100",
+        "02:30+0100",
+    ]
+
+
+def test_ticks_of_the_hour_skipped_in_spring_run_once_at_the_first_minute_after_it() -> None:
+    # 2026-03-29 in Berlin: 02:00 CET -> 03:00 CEST; no 02:xx that night.
+    evening = datetime(2026, 3, 28, 22, tzinfo=UTC)
+    assert _local(_night(_cron("*/20 2 * * *"), evening, 6), BERLIN) == ["03:00+0200"]
+    # 03:00 itself a tick too: still one.
+    assert _local(_night(_cron("0,30 2,3 * * *"), evening, 6), BERLIN) == [
+        "03:00+0200",
+        "03:30+0200",
+    ]
+    assert _local(
+        _night(_cron("0,30 * * * *"), datetime(2026, 3, 28, 23, 59, tzinfo=UTC), 2), BERLIN
+    ) == [
+        "01:00+0100",
+        "01:30+0100",
+        "03:00+0200",
+        "03:30+0200",
+    ]
+
+
+EXPRESSIONS = (
+    "*/20 2 * * *",
+    "0,30 * * * *",
+    "30 1 * * *",
+    "*/7 * * * *",
+    "0 3 * * 0",
+    "15 */2 * * *",
+)
+NIGHTS = (
+    ("Europe/Berlin", datetime(2026, 3, 28, 21, tzinfo=UTC)),
+    ("Europe/Berlin", datetime(2026, 10, 24, 21, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 3, 8, 3, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 11, 1, 2, tzinfo=UTC)),
+    ("Australia/Lord_Howe", datetime(2026, 4, 4, 12, tzinfo=UTC)),  # a half-hour change
+)
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+@pytest.mark.parametrize(("zone", "evening"), NIGHTS)
+def test_the_latest_and_next_ticks_agree_with_one_forward_iteration(
+    expression: str, zone: str, evening: datetime
+) -> None:
+    schedule = _cron(expression, zone)
+    ticks: list[datetime] = []
+    beyond = 0
+    for tick in ticks_after(schedule, evening - timedelta(days=8)):
+        ticks.append(tick)
+        beyond += tick > evening + timedelta(days=1)
+        if beyond == 3:
+            break
+    assert ticks == sorted(set(ticks))
+    for minutes in range(0, 24 * 60, 11):
+        at = evening + timedelta(minutes=minutes, seconds=minutes % 60)
+        before = [t for t in ticks if t <= at]
+        after = [t for t in ticks if t > at]
+        assert latest_tick(schedule, at) == before[-1], at
+        assert next_ticks(schedule, at, 3) == after[:3], at
+
+
+def test_purge_at_keeps_its_wall_clock_time_across_daylight_saving_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import time as dt_time
+
+    from supervisor.services.purge import next_daily
+
+    def local(at: str, evening: datetime, zone: ZoneInfo | None) -> str:
+        moment = next_daily(dt_time.fromisoformat(at), evening.timestamp(), zone)
+        return datetime.fromtimestamp(moment, BERLIN).strftime("%m-%d %H:%M%z")
+
+    autumn = datetime(2026, 10, 24, 20, tzinfo=BERLIN)  # 20:00 CEST, the eve of the change
+    spring = datetime(2026, 3, 28, 20, tzinfo=BERLIN)
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # the host's own zone, as most run the purge
+    import time
+
+    time.tzset()
+    try:
+        for zone in (BERLIN, None):
+            assert local("03:00", autumn, zone) == "10-25 03:00+0100"  # not 02:00 CET
+            assert local("03:00", spring, zone) == "03-29 03:00+0200"  # not 04:00 CEST
+            assert local("02:30", spring, zone) == "03-29 03:00+0200"  # the gap: just after it
+            assert local("02:30", autumn, zone) == "10-25 02:30+0200"  # the first pass
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
