@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from supervisor.child.worker import ChildSpec, child_main
+from supervisor.child.spec import ChildSpec
+from supervisor.child.worker import child_main
 from supervisor.shared.board import Board, Counter, State
 from supervisor.shared.exits import ExitReason
 

@@ -18,7 +18,7 @@ SCRIPTS = ROOT / "scripts"
 
 LIBRARY = "supervisor.queue"
 # The child's side of the fork: its loop and what it runs.
-CHILD = ("supervisor.child.worker", "supervisor.child.execution", "supervisor.child.weights")
+CHILD = ("supervisor.child.worker", "supervisor.child.executor", "supervisor.child.weights")
 # The master's side: its loop, its record of the children, its services and its sessions.
 MASTER = (
     "supervisor.master.loop",
