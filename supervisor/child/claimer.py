@@ -36,6 +36,8 @@ class Claimer:
         """Claim up to ``limit`` jobs. Outcomes still waiting to be written go in the same
         round trip as the first claim."""
         session = self.session
+        if session.conn is None and not session.connect():
+            return []  # told to stop while the database was away
         assert session.conn is not None
         self.board.set_state(State.CLAIMING)
         config, worker = self.spec.config, self.spec.worker_id

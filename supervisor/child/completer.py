@@ -259,6 +259,7 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
         "snoozed": Counter.SNOOZED,
         "released": Counter.RELEASED,
         "cancelled": Counter.CANCELLED,
+        "lost": Counter.LOST,
     }[s.label]
     board.count(counter)
 
@@ -266,7 +267,17 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
 def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
     job = s.job
     first_line = (s.error or "").strip().splitlines()[-1:] or [""]
-    if s.label == "cancelled":
+    if s.label == "lost":
+        log.warning(
+            "job %s (%s) on queue %s: its handler went on after lease_held() said the lease "
+            "was lost; the result of attempt %s is dropped and the job given back",
+            job.id,
+            job.kind,
+            job.queue,
+            job.attempts,
+            extra=job_fields(job, pool),
+        )
+    elif s.label == "cancelled":
         log.info(
             "job %s (%s) on queue %s cancelled during attempt %s",
             job.id,

@@ -63,8 +63,8 @@ class Executor:
         handlers: Mapping[str, Handler],
         kinds: list[str],
         board: Board,
-        lease_check: Callable[[Job], bool],
-        cancel_check: Callable[[Job], bool],
+        lease_check: Callable[[Job], bool | None],
+        cancel_check: Callable[[Job], bool | None],
         interruptible_thread: int | None,
     ) -> None:
         self.config = config
@@ -112,7 +112,7 @@ class Executor:
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
-        if self.board.cancelled_job() == job.id:
+        if job.id in self.board.cancelled_jobs():
             # Cancelled after the claim, before its turn came (the master wrote it on the board).
             return outcomes.cancelled(job, "cancelled before it started", started=False)
         policy = self.config.policy(job.kind)
@@ -151,29 +151,29 @@ class Executor:
         self.deadline = started + policy.timeout if policy.timeout else None
         try:
             self.interruptible = thread == self.interruptible_thread
-            handler(job.args, context)
+            raised: BaseException | None = None
+            try:
+                handler(job.args, context)
+            except (JobTimeout, JobCancelled, Orphaned):
+                raise
+            except BaseException as exc:  # a handler's SystemExit is its failure, not ours
+                raised = exc
             self.interruptible = False
-            if context is not None and context.cancel_seen:
-                # It saw the cancel and stopped early: its return is not a success.
-                settlement = outcomes.cancelled(job, "cancelled while running; the handler stopped")
+            settlement = outcomes.of_attempt(
+                job,
+                raised,
+                cancel_seen=context is not None and context.cancel_seen,
+                lease_lost_seen=context is not None and context.lease_lost,
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
         except JobTimeout:
             self.interruptible = False
             settlement = self.timed_out(job)
         except JobCancelled:
             self.interruptible = False
             settlement = outcomes.cancelled(job, "cancelled while running; the worker stopped it")
-        except Orphaned:
-            self.interruptible = False
-            raise
-        except BaseException as exc:  # a handler's SystemExit is its failure, not ours
-            self.interruptible = False
-            settlement = outcomes.settlement_for(
-                job,
-                exc,
-                max_attempts=policy.max_attempts,
-                backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap,
-            )
         finally:
             self.interruptible = False
             self.deadline = None

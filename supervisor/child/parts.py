@@ -14,6 +14,7 @@ from supervisor.child.completer import Completer
 from supervisor.child.executor import Executor
 from supervisor.child.limits import Limits
 from supervisor.child.process import ChildProcess, drain
+from supervisor.child.questions import Questions
 from supervisor.child.session import ChildSession
 from supervisor.child.spec import ChildSpec
 from supervisor.queue import control, outcomes
@@ -45,6 +46,7 @@ class Parts:
             on_unrecorded=spec.board.set_unrecorded,
         )
         self.claimer = Claimer(self.session, self.completer)
+        self.questions = Questions(self.session)
         self.limits = Limits(spec)
         self.executor = Executor(
             config=spec.config,
@@ -68,13 +70,11 @@ class Parts:
             held.append(self.in_hand.id)
         return held + self.completer.held()
 
-    def lease_held(self, job: Job) -> bool:
-        # Unconfirmed ownership behaves as lost.
-        return self.session.ask(lambda conn: jobs_api.lease_held(conn, job))
+    def lease_held(self, job: Job) -> bool | None:
+        return self.questions.ask(lambda conn: jobs_api.lease_held(conn, job))
 
-    def cancel_requested(self, job: Job) -> bool:
-        # Cannot tell: keep working; the master still stops a cancelled job.
-        return self.session.ask(lambda conn: control.cancel_requested(conn, job.id, job.lease_id))
+    def cancel_requested(self, job: Job) -> bool | None:
+        return self.questions.ask(lambda conn: control.cancel_requested(conn, job.id, job.lease_id))
 
     def release_unstarted(self) -> None:
         for job in self.unstarted:

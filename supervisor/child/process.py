@@ -95,7 +95,7 @@ class ChildProcess:
         if not in_handler or executor is None:
             return
         running = self.board.running_jobs()
-        if running and self.board.cancelled_job() == running[0].job_id:
+        if running and running[0].job_id in self.board.cancelled_jobs():
             raise JobCancelled
         deadline = executor.deadline
         if deadline is not None and time.monotonic() >= deadline:

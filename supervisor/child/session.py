@@ -3,7 +3,8 @@ capped backoff while the database is away.
 
 Connections never cross a fork: the child opens its own. After a reconnect it gives back claims
 that committed as the old connection died (their reply never came, so nobody would run them).
-The session belongs to the child's main thread; nothing else uses its connection.
+The session belongs to the child's main thread; nothing else uses its connection (handler
+threads ask through supervisor.child.questions).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -24,7 +25,10 @@ from supervisor.shared.board import State
 
 log = logging.getLogger("pgq.worker")
 
+T = TypeVar("T")
+
 RECONNECT_MAX_DELAY = 5.0
+QUESTION_CONNECT_EVERY = 1.0
 
 
 class BootFailure(Exception):
@@ -40,6 +44,7 @@ class ChildSession:
         # reconnect gives back every other job the database says is ours.
         self.held = held
         self.conn: psycopg.Connection[Any] | None = None
+        self.next_question_connect = 0.0
 
     def warn(self, message: str) -> None:
         log.warning("%s: %s", self.process.label, message, extra={"pool": self.pool})
@@ -73,6 +78,25 @@ class ChildSession:
             process.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, RECONNECT_MAX_DELAY)
         return False
+
+    def _connect_once(self) -> bool:
+        """One connect attempt for a question, not the loop's patient backoff: the handler
+        waits on it. At most one a second."""
+        now = time.monotonic()
+        if now < self.next_question_connect:
+            return False
+        self.next_question_connect = now + QUESTION_CONNECT_EVERY
+        try:
+            self.conn = connect(
+                self.spec.dsn,
+                application_name=f"pgq-supervisor {self.process.label}",
+                connect_timeout=self.spec.config.database.connect_timeout,
+                pooled=self.spec.config.database.pooled,
+            )
+        except DatabaseError:
+            return False
+        self._give_back_lost_claims()
+        return True
 
     def reconnect(self, *, through_drain: bool = False) -> bool:
         self.discard()
@@ -118,15 +142,20 @@ class ChildSession:
                 },
             )
 
-    def ask(self, question: Callable[[psycopg.Connection[Any]], bool]) -> bool:
-        """A question a running handler asks on this session; False when it cannot be
-        answered (the callers' safe side: ownership unconfirmed, no cancel seen)."""
-        if self.conn is None:
-            return False
+    def ask(self, question: Callable[[psycopg.Connection[Any]], T]) -> T | None:
+        """A question a running handler asks on this session (from the main thread only);
+        None when it could not be answered: the handler then keeps its last known answer and
+        asks again. A session found broken is dropped, and the next question (at most one a
+        second) or the loop's next claim opens a new one."""
+        if self.conn is None and not self._connect_once():
+            return None
+        assert self.conn is not None
         try:
             return question(self.conn)
         except psycopg.Error:
-            return False
+            if self.conn.broken or self.conn.closed:
+                self.discard()
+            return None
         except BaseException:
             # A timeout or the master's death raised into the handler while this call was on
             # the wire: the connection is mid-protocol and must never be used again.

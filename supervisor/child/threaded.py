@@ -37,7 +37,9 @@ class ThreadedLoop:
         threads.start()
         exit_code: int = ChildExit.DRAINED
         stopping = False
+        questions = parts.questions
         while True:
+            questions.answer()
             self.collect_finished()
             if parts.process.draining:
                 stopping = True
@@ -65,13 +67,15 @@ class ThreadedLoop:
             wait = pool.poll_interval if free > 0 else 1.0
             if completer and completer.ready():
                 wait = min(wait, 0.02)
+            questions.answer()  # asked while this turn claimed or wrote
             if threads.handed_out:
                 parts.board.set_state(State.DRAINING if stopping else State.RUNNING)
                 # A wake-up while busy needs no hint: the next claim looks anyway.
-                for fd in parts.process.wait([threads.done_r, parts.spec.wake_fd], wait):
+                woken = parts.process.wait([threads.done_r, parts.spec.wake_fd, questions.fd], wait)
+                for fd in woken:
                     drain(fd)
             else:
-                parts.idle(wait, (threads.done_r,))
+                parts.idle(wait, (threads.done_r, questions.fd))
         parts.board.set_state(State.DRAINING)
         threads.stop()
         return exit_code
