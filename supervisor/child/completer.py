@@ -264,46 +264,34 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
     board.count(counter)
 
 
+# What each kept settlement says in the log, after "job ID (KIND) on queue QUEUE"; released
+# and snoozed jobs say nothing (they were not the job's failure).
+_SAID = {
+    "lost": (
+        logging.WARNING,
+        ": its handler went on after lease_held() said the lease was lost; the result of "
+        "attempt {attempt} is dropped and the job given back",
+    ),
+    "cancelled": (logging.INFO, " cancelled during attempt {attempt}"),
+    "discarded": (logging.ERROR, " discarded after attempt {attempt}: {error}"),
+    "retried": (logging.WARNING, " failed attempt {attempt}, retrying in {delay:.1f}s: {error}"),
+}
+
+
 def _log_settlement(s: outcomes.Settlement, pool: str) -> None:
+    said = _SAID.get(s.label)
+    if said is None:
+        return
+    level, text = said
     job = s.job
-    first_line = (s.error or "").strip().splitlines()[-1:] or [""]
-    if s.label == "lost":
-        log.warning(
-            "job %s (%s) on queue %s: its handler went on after lease_held() said the lease "
-            "was lost; the result of attempt %s is dropped and the job given back",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            extra=job_fields(job, pool),
-        )
-    elif s.label == "cancelled":
-        log.info(
-            "job %s (%s) on queue %s cancelled during attempt %s",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            extra=job_fields(job, pool),
-        )
-    elif s.label == "discarded":
-        log.error(
-            "job %s (%s) on queue %s discarded after attempt %s: %s",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            first_line[0],
-            extra=job_fields(job, pool),
-        )
-    elif s.label == "retried":
-        log.warning(
-            "job %s (%s) on queue %s failed attempt %s, retrying in %.1fs: %s",
-            job.id,
-            job.kind,
-            job.queue,
-            job.attempts,
-            s.delay or 0.0,
-            first_line[0],
-            extra=job_fields(job, pool),
-        )
+    error = ((s.error or "").strip().splitlines()[-1:] or [""])[0]
+    what = text.format(attempt=job.attempts, error=error, delay=s.delay or 0.0)
+    log.log(
+        level,
+        "job %s (%s) on queue %s%s",
+        job.id,
+        job.kind,
+        job.queue,
+        what,
+        extra=job_fields(job, pool),
+    )

@@ -77,54 +77,34 @@ class Requeuer(Service):
                 "attempt": m.attempts,
                 "pool": item.pool,
             }
-            if m.id in item.interrupted:
-                log.warning(
-                    "job %s (%s) on queue %s given back without spending an attempt "
-                    "(interrupted while running beside a job that hung): %s",
-                    m.id,
-                    m.kind,
-                    m.queue,
-                    item.reason,
-                    extra=fields,
-                )
-            elif m.id in item.unrecorded and m.id not in item.spent:
-                log.warning(
-                    "job %s (%s) on queue %s ran, but its outcome was not recorded before its "
-                    "worker stopped; given back without spending an attempt, it runs again: %s",
-                    m.id,
-                    m.kind,
-                    m.queue,
-                    item.reason,
-                    extra=fields,
-                )
-            elif m.id not in item.spent:
-                log.info(
-                    "job %s (%s) on queue %s given back without spending an attempt "
-                    "(claimed, not running): %s",
-                    m.id,
-                    m.kind,
-                    m.queue,
-                    item.reason,
-                    extra=fields,
-                )
-            elif m.state == "discarded":
-                log.error(
-                    "job %s (%s) on queue %s discarded after attempt %s (no attempts left): %s",
-                    m.id,
-                    m.kind,
-                    m.queue,
-                    m.attempts,
-                    item.reason,
-                    extra=fields,
-                )
-            else:
-                log.warning(
-                    "job %s (%s) on queue %s requeued after attempt %s: %s",
-                    m.id,
-                    m.kind,
-                    m.queue,
-                    m.attempts,
-                    item.reason,
-                    extra=fields,
-                )
+            level, what = _said(m, item)
+            log.log(
+                level,
+                "job %s (%s) on queue %s %s: %s",
+                m.id,
+                m.kind,
+                m.queue,
+                what,
+                item.reason,
+                extra=fields,
+            )
         return True
+
+
+def _said(m: maintenance.Moved, item: PendingRequeue) -> tuple[int, str]:
+    """What the log says of one job given back: how loud, and what became of it."""
+    if m.id in item.interrupted:
+        return logging.WARNING, (
+            "given back without spending an attempt "
+            "(interrupted while running beside a job that hung)"
+        )
+    if m.id in item.unrecorded and m.id not in item.spent:
+        return logging.WARNING, (
+            "ran, but its outcome was not recorded before its worker stopped; "
+            "given back without spending an attempt, it runs again"
+        )
+    if m.id not in item.spent:
+        return logging.INFO, "given back without spending an attempt (claimed, not running)"
+    if m.state == "discarded":
+        return logging.ERROR, f"discarded after attempt {m.attempts} (no attempts left)"
+    return logging.WARNING, f"requeued after attempt {m.attempts}"

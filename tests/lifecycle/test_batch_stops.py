@@ -31,27 +31,26 @@ def _row(dsn: str, job_id: int) -> tuple[str, int] | None:
     return rows[0] if rows else None  # type: ignore[return-value]
 
 
-def _batch(dsn: str, marker: Path) -> tuple[int, list[int]]:
+def _batch(
+    supervisor: Callable[..., Supervisor], dsn: str, marker: Path
+) -> tuple[Supervisor, int, list[int]]:
+    """A batch of four claimed together: the first runs until ``marker`` exists."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         first, *rest = enqueue_many(
             conn,
             [NewJob("wait_for_file", {"path": str(marker)})] + [NewJob("record", {})] * 3,
         )
-    return first, rest
-
-
-def _claimed_together(dsn: str, first: int, rest: list[int]) -> None:
+    sup = supervisor(BATCHED).start()
     wait_for(lambda: _events(dsn, first), what="the batch's first job to start")
     assert all(_row(dsn, j) == ("running", 1) for j in rest)  # claimed with it, waiting
+    return sup, first, rest
 
 
 def test_a_pause_gives_back_the_unstarted_rest_of_a_batch(
     supervisor: Callable[..., Supervisor], ledger: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "go"
-    first, rest = _batch(ledger, marker)
-    sup = supervisor(BATCHED).start()
-    _claimed_together(ledger, first, rest)
+    sup, first, rest = _batch(supervisor, ledger, marker)
     with psycopg.connect(ledger, autocommit=True) as conn:
         assert pause_queue(conn, "default")
     marker.touch()
@@ -75,10 +74,7 @@ def test_two_unstarted_jobs_cancelled_in_the_same_second_both_never_start(
     supervisor: Callable[..., Supervisor], ledger: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "go"
-    first, rest = _batch(ledger, marker)
-    sup = supervisor(BATCHED).start()
-    _claimed_together(ledger, first, rest)
-    second, third, fourth = rest
+    sup, _, (second, third, fourth) = _batch(supervisor, ledger, marker)
     with psycopg.connect(ledger, autocommit=True) as conn:
         assert cancel(conn, [second, third]).requested == [second, third]
     marker.touch()

@@ -4,18 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from supervisor import Discard, JobContext, Retry, Snooze
-from supervisor.child.executor import Executor
 from supervisor.config import parse_config
-from supervisor.config.handlers import Handler
-from supervisor.queue.jobs import Job
-from supervisor.shared.board import Board
 from supervisor.testing import _STATUS, run_inline
+from tests.executors import claimed_job, one_kind_executor
 
 YAML = """
 handlers: {k: tests.handlers:noop}
@@ -78,20 +74,8 @@ CASES: list[tuple[Callable[..., Any], int, bool, bool, str]] = [
 
 def _executor_says(func: Callable[..., Any], attempt: int, lease: bool, cancel: bool) -> str:
     config = parse_config(YAML, source="queues.yaml")
-    executor = Executor(
-        config=config,
-        pool="main",
-        worker_id="w",
-        handlers={"k": Handler("k", "tests:k", func, True)},
-        kinds=["k"],
-        board=Board(1),
-        lease_check=lambda job: lease,
-        cancel_check=lambda job: cancel,
-        interruptible_thread=0,
-    )
-    now = datetime.now(timezone.utc)
-    job = Job(1, "default", "k", {}, 0, now, attempt, 3, 1, now, now)
-    settlement = executor.run(job)
+    executor = one_kind_executor(config, func, wants_context=True, lease=lease, cancel=cancel)
+    settlement = executor.run(claimed_job(attempt, max_attempts=3))
     return "completed" if settlement is None else _STATUS[settlement.label]
 
 
