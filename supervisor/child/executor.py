@@ -110,43 +110,53 @@ class Executor:
             backoff_cap=policy.backoff_cap,
         )
 
+    def unstartable(self, job: Job) -> outcomes.Settlement | None:
+        """The settlement of a job that must not start: cancelled after the claim, before its
+        turn came (the master wrote it on the board), or of a kind with no handler here."""
+        if job.id in self.board.cancelled_jobs():
+            return outcomes.cancelled(job, "cancelled before it started", started=False)
+        if job.kind in self.handlers:
+            return None
+        with self.counter_lock:
+            self.board.count(Counter.UNKNOWN_KIND)
+        policy = self.config.policy(job.kind)
+        known = ", ".join(sorted(self.handlers)) or "none"
+        return outcomes.failure(
+            job,
+            f"no handler for kind {job.kind!r} in pool {self.pool} (handlers here: {known}); "
+            "retrying, since a worker from a newer deploy may know it",
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
+
+    def context(self, job: Job, started: float) -> JobContext:
+        policy = self.config.policy(job.kind)
+        return JobContext(
+            id=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=policy.max_attempts or job.max_attempts,
+            lease_id=job.lease_id,
+            worker=self.worker_id,
+            created_at=job.created_at,
+            deadline=started + policy.timeout if policy.timeout else None,
+            _check_lease=lambda: self.lease_check(job),
+            _check_cancel=lambda: self.cancel_check(job),
+        )
+
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
         """Run one job; returns its settlement, or None when it completed."""
-        if job.id in self.board.cancelled_jobs():
-            # Cancelled after the claim, before its turn came (the master wrote it on the board).
-            return outcomes.cancelled(job, "cancelled before it started", started=False)
+        refused = self.unstartable(job)
+        if refused is not None:
+            return refused
         policy = self.config.policy(job.kind)
-        handler = self.handlers.get(job.kind)
-        if handler is None:
-            with self.counter_lock:
-                self.board.count(Counter.UNKNOWN_KIND)
-            known = ", ".join(sorted(self.handlers)) or "none"
-            return outcomes.failure(
-                job,
-                f"no handler for kind {job.kind!r} in pool {self.pool} (handlers here: {known}); "
-                "retrying, since a worker from a newer deploy may know it",
-                max_attempts=policy.max_attempts,
-                backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap,
-            )
+        handler = self.handlers[job.kind]
         started = self.board.job_started(
             thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
         )
-        context = None
-        if handler.wants_context:
-            context = JobContext(
-                id=job.id,
-                kind=job.kind,
-                queue=job.queue,
-                attempt=job.attempts,
-                max_attempts=policy.max_attempts or job.max_attempts,
-                lease_id=job.lease_id,
-                worker=self.worker_id,
-                created_at=job.created_at,
-                deadline=started + policy.timeout if policy.timeout else None,
-                _check_lease=lambda: self.lease_check(job),
-                _check_cancel=lambda: self.cancel_check(job),
-            )
+        context = self.context(job, started) if handler.wants_context else None
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
         try:

@@ -6,8 +6,8 @@ child's report, the listener, a side session's result, a scrape), run the period
 that are due, escalate kills whose grace ran out, refill empty slots; then wait until a signal,
 a child, the database or a timer wakes it, and say what did. Signal handlers only record the
 signal (through the wake-up pipe); everything else happens here. No threads: forking a threaded
-process can deadlock the child. Reaping (supervisor.master.reaping) and stopping and reloading
-(supervisor.master.stopping) are parts of the same class, in modules of their own.
+process can deadlock the child. Slots (supervisor.master.slots), reaping (.reaping) and stopping
+and reloading (.stopping) are parts of the same class, in modules of their own.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from supervisor.master.children import Child, Slot, host_identity, spawn
+from supervisor.master.children import Child, host_identity
 from supervisor.master.listener import Listener
 from supervisor.master.pools import PoolRuntime
 from supervisor.master.reaping import Reaping
+from supervisor.master.slots import Slots
 from supervisor.master.stopping import Stopping
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
 from supervisor.services.base import Service
@@ -46,7 +47,7 @@ from supervisor.shared import proctitle
 from supervisor.shared.exits import MasterExit
 
 if TYPE_CHECKING:
-    from supervisor.config import Config, PoolConfig
+    from supervisor.config import Config
     from supervisor.config.handlers import Handler
     from supervisor.observability.metrics import MetricsServer
 
@@ -64,7 +65,7 @@ SERVICES_BUDGET = 0.015
 CANCEL_CHECK_EVERY = 1.0
 
 
-class Master(Reaping, Stopping):
+class Master(Slots, Reaping, Stopping):
     def __init__(
         self,
         config: Config,
@@ -237,14 +238,6 @@ class Master(Reaping, Stopping):
 
             self.db.run("history partitions", ensure_history_partitions)
 
-    def new_pool_runtime(self, pool: PoolConfig) -> PoolRuntime:
-        self.generation += 1
-        return PoolRuntime(
-            pool, self.generation, [Slot(pool.name, i + 1) for i in range(pool.processes)]
-        )
-
-    # -- signals -----------------------------------------------------------------------------
-
     def handle_signals(self) -> None:
         try:
             received = os.read(self._signal_r, 4096)
@@ -296,61 +289,6 @@ class Master(Reaping, Stopping):
         if self.metrics is not None:
             fds.extend(self.metrics.filenos())
         return fds
-
-    def tend_slots(self) -> None:
-        """Refill empty slots; while stopping, only enforce the deadline. Decided when the step
-        runs, not when the turn begins: a SIGTERM handled earlier in this turn must not be
-        followed by a fresh child in the slot its drained child just left."""
-        if self.stopping:
-            self.enforce_stop_deadline()
-        else:
-            self.refill_slots()
-
-    def refill_slots(self) -> None:
-        """One fork per turn: a fork copies the master's page tables and costs milliseconds,
-        and a pool of many children forked in one turn would hold the loop for all of them.
-        The next empty slot is due still, so the next turn follows at once."""
-        now = time.monotonic()
-        for runtime in self.pools.values():
-            for slot in runtime.slots:
-                if slot.child is None and now >= slot.next_spawn:
-                    self.spawn_into(runtime, slot)
-                    return
-
-    def spawn_into(self, runtime: PoolRuntime, slot: Slot) -> None:
-        try:
-            child = spawn(
-                config=self.config,
-                pool=runtime.config,
-                slot=slot.index,
-                generation=runtime.generation,
-                host=self.host_name,
-                dsn=self.dsn,
-                handlers=self.handlers,
-                kinds=self.kinds,
-                inherited_fds=self.inherited_fds,
-            )
-        except OSError as exc:
-            log.error(
-                "cannot fork a child for %s#%s: %s; retrying in 1s", slot.pool, slot.index, exc
-            )
-            slot.next_spawn = time.monotonic() + 1.0
-            return
-        slot.child = child
-        self.children[child.pid] = child
-        self.selector.register(child.report_fd, selectors.EVENT_READ, child)
-        log.info(
-            "spawned %s#%s (pid %s)", slot.pool, slot.index, child.pid, extra={"pool": slot.pool}
-        )
-
-    def slot_of(self, child: Child) -> Slot | None:
-        runtime = self.pools.get(child.pool)
-        if runtime is None or runtime.generation != child.generation:
-            return None  # retired by a reload
-        slot = runtime.slots[child.slot - 1]
-        return slot if slot.child is child else None
-
-    # -- services ------------------------------------------------------------------------------
 
     def run_due_services(self) -> None:
         """The due services, longest overdue first, until the turn has spent SERVICES_BUDGET
