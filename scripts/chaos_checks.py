@@ -29,7 +29,7 @@ from chaos_procs import Incarnation, Tracker
 # Wall clocks of this process and of the database are the same machine's; this absorbs the
 # gap between a ledger row's timestamp and the moment its handler was actually interrupted.
 SLACK = 1.0
-# Children of a killed master leave within the orphan grace of supervisor.child.worker.
+# Children of a killed master leave within the orphan grace of supervisor.child.process.
 LEFTOVER_WAIT = 10.0
 DB_FAULTS = ("pg_restart", "pg_kill", "terminate", "outage_deploy", "outage_reload", "read_only")
 # Faults that end the incarnation: every execution of theirs that was cut short is explained.

@@ -845,6 +845,21 @@ FROM pgq.jobs
 WHERE id = %(id)s
   AND lease_id = %(lease_id)s;
 
+-- name: unstarted_stops
+-- Which claimed jobs, still ours and not started yet, must not start: those someone asked to
+-- cancel, and those of a paused queue (a single-threaded child asks before the next job of a
+-- batch that has waited; the ids and lease ids are the batch's, pairwise).
+SELECT j.id,
+       j.cancel_requested_at IS NOT NULL AS cancelled,
+       EXISTS (SELECT 1 FROM pgq.queue_pauses AS p WHERE p.queue = j.queue) AS paused
+FROM pgq.jobs AS j
+JOIN unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS c (id, lease_id)
+  ON c.id = j.id
+ AND c.lease_id = j.lease_id
+WHERE j.state = 'running'
+  AND (j.cancel_requested_at IS NOT NULL
+       OR EXISTS (SELECT 1 FROM pgq.queue_pauses AS p WHERE p.queue = j.queue));
+
 -- name: pause_queue
 -- Pauses a queue; returns a row only when it was not paused already.
 INSERT INTO pgq.queue_pauses (queue)

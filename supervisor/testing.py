@@ -1,10 +1,11 @@
 """Helpers for an application's own tests: run a handler inline, or drain a test database.
 
 ``run_inline`` calls one handler in the test's process with a real ``JobContext`` and says what
-the supervisor would do with the result (completed, retry, discard, snooze, cancelled), using
-the supervisor's own outcome rules. ``drain`` runs every due job of a database through the
-given handlers, claiming and settling them exactly as a worker does (fenced writes, retries
-with backoff, dead letters), until nothing is due::
+the supervisor would do with the result (completed, retry, discard, snooze, cancelled, or lost:
+dropped, since it went on after ``lease_held()`` said False), using the workers' own mapping.
+``drain`` runs every due job of a database through the given handlers, claiming and settling
+them exactly as a worker does (fenced writes, retries with backoff, dead letters), until nothing
+is due::
 
     def test_order_sends_its_webhook(conn):
         create_order(conn, ...)                       # enqueues deliver_webhook
@@ -33,13 +34,14 @@ from supervisor.queue.context import JobContext
 from supervisor.queue.job import Job
 from supervisor.queue.queries import query
 
-Status = Literal["completed", "retry", "discard", "snooze", "cancelled"]
+Status = Literal["completed", "retry", "discard", "snooze", "cancelled", "lost"]
 _STATUS: dict[str, Status] = {
     "retried": "retry",
     "discarded": "discard",
     "snoozed": "snooze",
     "released": "snooze",
     "cancelled": "cancelled",
+    "lost": "lost",  # it went on after lease_held() said False: its result is dropped
 }
 
 
@@ -66,20 +68,20 @@ def _outcome(settlement: outcomes.Settlement | None, exc: BaseException | None) 
 def _call(
     func: Callable[..., Any], job: Job, context: JobContext
 ) -> tuple[outcomes.Settlement | None, BaseException | None]:
-    """Run a handler the way a worker does and map what it did to the supervisor's write."""
+    """Run a handler the way a worker does and map what it did to the supervisor's write, with
+    the workers' own mapping (outcomes.of_attempt)."""
+    raised: Exception | None = None
     try:
         if wants_context(func):
             func(**job.args, job=context)
         else:
             func(**job.args)
     except Exception as exc:
-        settlement = outcomes.settlement_for(job, exc)
-        if context.cancel_seen:
-            settlement = outcomes.cancelled(job, "cancelled while running; the handler stopped")
-        return settlement, exc
-    if context.cancel_seen:
-        return outcomes.cancelled(job, "cancelled while running; the handler stopped"), None
-    return None, None
+        raised = exc
+    settlement = outcomes.of_attempt(
+        job, raised, cancel_seen=context.cancel_seen, lease_lost_seen=context.lease_lost
+    )
+    return settlement, raised
 
 
 def run_inline(

@@ -179,3 +179,38 @@ def cooperative(seconds: float = 60.0, *, job: JobContext) -> None:
             return
         time.sleep(0.05)
     _record(job, "finished")
+
+
+def ten_steps(step_seconds: float = 0.3, *, job: JobContext) -> None:
+    """Ten steps, checking the lease between them and stopping when it is lost, as the README
+    says a handler should."""
+    for step in range(10):
+        if not job.lease_held():
+            _record(job, f"stopped before step {step}")
+            return
+        _record(job, f"step {step}")
+        time.sleep(step_seconds)
+    _record(job, "all steps")
+
+
+def chatty(asks: int = 50, attempts: int = 3, *, job: JobContext) -> None:
+    """Asks lease_held() and cancelled() many times (a threaded pool's handler between its
+    steps), then asks for a quick retry until its last attempt. Nothing is ever cancelled
+    or lost in the test that runs it: any other answer is wrong."""
+    _record(job)
+    for _ in range(asks):
+        if not job.lease_held() or job.cancelled():
+            _record(job, "wrong answer")
+            return
+    if job.attempt < attempts:
+        raise Retry(0, "again")
+
+
+def wait_for_file(path: str, at_least: float = 0.5, *, job: JobContext, **_: Any) -> None:
+    """Runs until ``path`` exists, and for at least ``at_least`` seconds (the batch it
+    belongs to has waited that long when it returns)."""
+    _record(job, "started")
+    started = time.monotonic()
+    while not os.path.exists(path) or time.monotonic() - started < at_least:
+        time.sleep(0.02)
+    _record(job, "finished")

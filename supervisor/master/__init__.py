@@ -1,6 +1,8 @@
-"""The master: the loop that owns the children.
+"""The master: one single-threaded loop that owns the children.
 
-loop (signals, reaping, limits, slots, services, sleep) and children (the master's record of its
-children, and forking one). Its periodic duties live in supervisor.services, the child it forks
-in supervisor.child, and what both sides of the fork read in supervisor.shared.
+loop (Master: the turn of named steps, the wait that says what woke it, its handle_*), reaping
+and stopping (parts of Master in modules of their own), children (the record of a child, and
+forking one), pools (a pool as run; which child a wake-up goes to), listener (the LISTEN
+session). Its periodic duties are supervisor.services, the child it forks supervisor.child,
+and what both sides of the fork read supervisor.shared.
 """

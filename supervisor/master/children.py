@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from supervisor.child.worker import ChildSpec, child_main
+from supervisor.child.spec import ChildSpec
+from supervisor.child.worker import child_main
 from supervisor.shared.board import Board, Counter, State
 from supervisor.shared.exits import ExitReason
 
@@ -65,6 +66,7 @@ class Child:
     kill_reason: str | None = None
     kill_at: float | None = None
     kill_grace: float = 0.0  # seconds from the TERM to kill_at, for the log
+    closed: bool = False
 
     def kill_by(self, deadline: float, grace: float) -> None:
         """KILL at ``deadline`` unless gone before; an earlier deadline already set stands."""
@@ -107,6 +109,7 @@ class Child:
             os.write(self.wake_fd, bytes((hint,)))
 
     def close(self) -> None:
+        self.closed = True  # its descriptors' numbers may be reused from now on
         for fd in (self.wake_fd, self.report_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)

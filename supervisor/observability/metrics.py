@@ -152,12 +152,15 @@ class MetricsServer:
                 log.exception("metrics: serving a request failed; dropping the connection")
                 self._close(data)
 
-    def expire(self, now: float) -> None:
-        """Close connections that had their time; resume accepting after a pause."""
-        for conn in [c for c in self.connections.values() if now >= c.deadline]:
+    def expire(self, now: float) -> int:
+        """Close connections that had their time; resume accepting after a pause. How many
+        it closed."""
+        expired = [c for c in self.connections.values() if now >= c.deadline]
+        for conn in expired:
             self._close(conn)
         if not self.listening:
             self._listen_again()
+        return len(expired)
 
     def close(self) -> None:
         for conn in list(self.connections.values()):

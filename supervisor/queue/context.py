@@ -33,8 +33,10 @@ class JobContext:
     created_at: datetime
     # Monotonic-clock deadline from the kind's timeout; None when the kind has no timeout.
     deadline: float | None = None
-    _check_lease: Callable[[], bool] | None = field(default=None, repr=False)
-    _check_cancel: Callable[[], bool] | None = field(default=None, repr=False)
+    # Each check answers True or False, or None when it could not be made (the database was
+    # away, the child's main thread too busy to ask): the last known answer then stands.
+    _check_lease: Callable[[], bool | None] | None = field(default=None, repr=False)
+    _check_cancel: Callable[[], bool | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._lease = _Latch(value=True)
@@ -45,6 +47,12 @@ class JobContext:
         """True once cancelled() returned True: the supervisor then records the job as
         cancelled whatever the handler does next."""
         return self._cancel.value
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once lease_held() returned False: whatever the handler does next, this
+        attempt's result is dropped."""
+        return not self._lease.value
 
     @property
     def idempotency_key(self) -> str:
@@ -61,17 +69,22 @@ class JobContext:
         return self.deadline - time.monotonic()
 
     def lease_held(self) -> bool:
-        """Whether this worker still owns the job. Once False, stop committing progress: the
-        job has been given to someone else and this attempt's result will be dropped."""
+        """Whether this worker still owns the job. False only when the database said so (the
+        job was given to someone else, rescued, or its lease ran out); a check that could not
+        be made keeps the last answer and is asked again at the next call. Once False, stop:
+        this attempt's result is dropped whatever the handler returns, and the job is the new
+        owner's (or runs again when nobody holds it). Asks the database at most once a second.
+        """
         return self._lease.read(self._check_lease)
 
     def cancelled(self) -> bool:
         """Whether someone cancelled this job (``jobs cancel``, ``supervisor.cancel``).
 
         A handler on a threaded pool should check it between steps and return (or raise) once
-        it is True: the job then ends ``cancelled`` and is not retried. In a single-threaded pool
-        the master stops the child anyway, within about a second. Asks the database at most
-        once a second.
+        it is True: the job then ends ``cancelled`` and is not retried, whatever the handler
+        returns or raises. In a single-threaded pool the master stops the child anyway, within
+        about a second. A check that could not be made counts as no cancel and is asked again.
+        Asks the database at most once a second.
         """
         return self._cancel.read(self._check_cancel)
 
@@ -79,7 +92,8 @@ class JobContext:
 @dataclass
 class _Latch:
     """A database check asked at most once per LEASE_CHECK_TTL, whose answer, once it moves
-    away from where it started (a lease lost, a cancel seen), stays there."""
+    away from where it started (a lease lost, a cancel seen), stays there. A check that could
+    not be made (None) changes nothing, and the next read asks again."""
 
     value: bool
     checked_at: float = float("-inf")
@@ -87,11 +101,12 @@ class _Latch:
     def __post_init__(self) -> None:
         self.start = self.value
 
-    def read(self, check: Callable[[], bool] | None) -> bool:
+    def read(self, check: Callable[[], bool | None] | None) -> bool:
         if self.value != self.start or check is None:
             return self.value
         now = time.monotonic()
         if now - self.checked_at >= LEASE_CHECK_TTL:
-            self.value = check()
-            self.checked_at = now
+            answer = check()
+            if answer is not None:
+                self.value, self.checked_at = answer, now
         return self.value

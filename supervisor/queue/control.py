@@ -77,6 +77,29 @@ def cancel_requested(conn: psycopg.Connection[Any], job_id: int, lease_id: int) 
 
 
 @dataclass(frozen=True)
+class Stops:
+    """Claimed jobs not started yet that must not start."""
+
+    cancelled: frozenset[int] = frozenset()
+    paused: frozenset[int] = frozenset()  # their queue was paused (a cancel wins over a pause)
+
+
+def unstarted_stops(conn: psycopg.Connection[Any], claims: Iterable[tuple[int, int]]) -> Stops:
+    """Of these claims (id, lease_id), still ours, the ones cancelled or on a paused queue."""
+    pairs = list(claims)
+    if not pairs:
+        return Stops()
+    rows = conn.execute(
+        query("unstarted_stops"),
+        {"ids": [i for i, _ in pairs], "lease_ids": [lease for _, lease in pairs]},
+    ).fetchall()
+    return Stops(
+        cancelled=frozenset(job_id for job_id, cancelled, _ in rows if cancelled),
+        paused=frozenset(job_id for job_id, cancelled, paused in rows if paused and not cancelled),
+    )
+
+
+@dataclass(frozen=True)
 class CancelRequest:
     id: int
     worker: str

@@ -81,6 +81,9 @@ class Settlement:
     delay: float | None  # None keeps run_at
     refund: int  # 1 gives the attempt back
     error: str | None  # None keeps the previous last_error
+    # The attempt stopped because its lease was lost: its result is dropped (the fence keeps
+    # the new owner's job as it is; with no new owner, the job is given back).
+    lease_lost: bool = False
 
     @property
     def scheduled(self) -> bool:
@@ -89,6 +92,8 @@ class Settlement:
 
     @property
     def label(self) -> str:
+        if self.lease_lost:
+            return "lost"
         if self.state in ("discarded", "cancelled"):
             return self.state
         if self.refund:
@@ -99,6 +104,14 @@ class Settlement:
 def release(job: Job) -> Settlement:
     """Give back a claimed job that never started, without spending its attempt."""
     return Settlement(job, "available", None, 1, None)
+
+
+def lease_lost(job: Job) -> Settlement:
+    """An attempt that went on after lease_held() said False: nothing it did is recorded. The
+    fenced write does nothing when another worker holds the job; when nobody does (the lease
+    ran out, no rescue yet), the job is given back without spending its attempt."""
+    reason = f"attempt {job.attempts} stopped: lease_held() said its lease was lost"
+    return Settlement(job, "available", None, 1, reason, lease_lost=True)
 
 
 def snooze(job: Job, delay: float | timedelta) -> Settlement:
@@ -175,4 +188,32 @@ def settlement_for(
         max_attempts=max_attempts,
         backoff_base=backoff_base,
         backoff_cap=backoff_cap,
+    )
+
+
+def of_attempt(
+    job: Job,
+    exc: BaseException | None,
+    *,
+    cancel_seen: bool,
+    lease_lost_seen: bool,
+    max_attempts: int | None = None,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+) -> Settlement | None:
+    """What one attempt of a handler is recorded as: None (completed), or its settlement.
+
+    The one mapping, shared by the workers and supervisor.testing. A handler that saw
+    ``cancelled()`` True ends cancelled, whether it returned or raised (even on its last
+    attempt); one that saw ``lease_held()`` False has its result dropped; otherwise a return
+    completes the job and what it raised decides (settlement_for).
+    """
+    if cancel_seen:
+        return cancelled(job, "cancelled while running; the handler stopped")
+    if lease_lost_seen:
+        return lease_lost(job)
+    if exc is None:
+        return None
+    return settlement_for(
+        job, exc, max_attempts=max_attempts, backoff_base=backoff_base, backoff_cap=backoff_cap
     )

@@ -1,7 +1,9 @@
-"""The master's periodic services and the sessions they run on.
+"""The master's periodic services, one module each, all of one shape (base: Service, whose
+run_once does a bounded piece of work and returns how many things it did; Host and
+ChildRecord, all a service sees of the master, so nothing here imports supervisor.master).
 
-base (the one shape: Service, Host; leases, memory, timeouts, cancel requests, requeues),
-slices (maintenance in bounded slices), rescuer, purge, stager, scheduler, vacuum, metrics_feed,
-registry (who runs where); database (the master's own session) and pending (statements sent
+leases, memory_watch, timeout_watch, cancel_watch, requeue, heartbeat (with registry, the rows
+of who runs where), rescuer and purge (in slices), stager, scheduler, vacuum, metrics_feed;
+and the sessions they run on: database (the master's own) and pending (statements sent
 without waiting).
 """

@@ -69,19 +69,20 @@ class QueueStatsRefresh(Service, Readable):
     def readings(self) -> list[tuple[str, Callable[[Rows, float], None]]]:
         return [(doctor_query("horizon"), self._horizon), (query("queue_stats"), self._queues)]
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
         if self.pending is not None:
-            return  # the last refresh is still running
+            return 0  # the last refresh is still running
         conn = self._session()
         if conn is None:
-            return
+            return 0
         self.todo = self.readings()
         if not self._send_next(conn):
-            return
+            return 0
         self.sent = time.monotonic()
         assert self.pending is not None
         self.fd = self.pending.fileno()  # kept: a lost connection cannot say its socket
         self.selector.register(self.fd, selectors.EVENT_READ, self)
+        return 1
 
     def _send_next(self, conn: psycopg.Connection[Any]) -> bool:
         statement, self.handler = self.todo.pop(0)
@@ -180,5 +181,5 @@ class ConnectionSweep(Service):
         super().__init__(host, 1.0, first_in=1.0)
         self.server = server
 
-    def run_once(self) -> None:
-        self.server.expire(time.monotonic())
+    def run_once(self) -> int:
+        return self.server.expire(time.monotonic())

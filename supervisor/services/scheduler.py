@@ -73,14 +73,14 @@ class Scheduler(Service):
             wait = min(wait, RETRY)
         return time.monotonic() + min(max(wait, 0.0), self.interval)
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
         if not self.host.config.schedules:
-            return
+            return 0
         now = self.host.db.run("schedules (the database's clock)", self._database_now)
         if now is None:
             self.unsettled = True
-            return
-        self.run_at(now)
+            return 0
+        return self.run_at(now)
 
     def _database_now(self, conn: psycopg.Connection[Any]) -> datetime:
         before = datetime.now(timezone.utc)
@@ -89,9 +89,11 @@ class Scheduler(Service):
         self.offset = (now - before - (after - before) / 2).total_seconds()
         return now
 
-    def run_at(self, now: datetime) -> None:
-        """Enqueue what the schedules owe at ``now`` (the database's clock)."""
+    def run_at(self, now: datetime) -> int:
+        """Enqueue what the schedules owe at ``now`` (the database's clock); how many ticks it
+        dealt with."""
         self.unsettled = False
+        dealt = 0
         for schedule in self.host.config.schedules.values():
             tick = latest_tick(schedule, now)
             if self.done.get(schedule.name) == tick:
@@ -102,8 +104,10 @@ class Scheduler(Service):
             deal = self._tick(schedule, tick, tried[1])
             if self.host.db.run(f"schedule {schedule.name}", deal):
                 self.done[schedule.name] = tick
+                dealt += 1
             else:
                 self.unsettled = True
+        return dealt
 
     def _tick(
         self, schedule: ScheduleConfig, tick: datetime, tried: datetime

@@ -89,11 +89,12 @@ class SlicedService(Service, Generic[R]):
         """When to try to start the next run, once none is under way."""
         return now + self.interval
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
+        """One slice of the run under way (starting one when due); 1 when a slice ran."""
         if self.current is None:
             self.current = self.start()
             if self.current is None:
-                return
+                return 0
         try:
             pause = self.current.step()
         except Exception:
@@ -103,9 +104,10 @@ class SlicedService(Service, Generic[R]):
             raise
         if pause is not None:
             self.pause = pause
-            return
+            return 1
         run, self.current = self.current, None
         self.finish(run)
+        return 1
 
     def start(self) -> R | None:
         raise NotImplementedError

@@ -52,16 +52,16 @@ class Stager(Service):
         # From the moment the database measured the wait, not from the start of the run.
         return self.measured_at + min(self.wait, self.interval)
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
         self.wait = self.interval  # when the database is down: look again later
         self.measured_at = time.monotonic()
         result = self.host.db.run("stager", self._stage)
         if result is None:
-            return
+            return 0
         staged, wait = result
         self.wait = wait
-        if staged:
-            self.host.counters.staged += staged
+        self.host.counters.staged += staged
+        return staged
 
     def _stage(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
         staged = 0

@@ -66,12 +66,12 @@ class QueueVacuum(Service, Readable):
 
     # -- the service's side: decide and start ---------------------------------------------
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
         if self.pending is not None:
-            return  # the last one is still running
+            return 0  # the last one is still running
         row = self.host.db.run("vacuum check", self._check)
         if row is None:
-            return
+            return 0
         dead_rows, allowed, maintain = row
         if not allowed:
             if not self.refused:
@@ -81,9 +81,11 @@ class QueueVacuum(Service, Readable):
                     "; GRANT MAINTAIN ON pgq.jobs allows it" if maintain else "",
                 )
                 self.refused = True
-            return
-        if dead_rows >= self.dead_rows:
-            self._start(dead_rows)
+            return 0
+        if dead_rows < self.dead_rows:
+            return 0
+        self._start(dead_rows)
+        return 1
 
     def _check(self, conn: psycopg.Connection[Any]) -> tuple[int, bool, bool]:
         """Dead rows, whether this role may vacuum, whether the server knows MAINTAIN."""

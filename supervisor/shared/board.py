@@ -58,15 +58,18 @@ _JOB_SECONDS = 13  # double: sum of handler seconds
 _MEMORY = 14  # bytes, last measured by the child
 _CLAIM_BUCKETS_AT = 16
 _JOB_BUCKETS_AT = 36
-# The one word the master writes: the id of a running job someone cancelled, read by the child
-# when the master's TERM arrives, so it ends that job cancelled instead of draining it.
-_CANCEL_JOB = 60
+# The words the master writes: the ids of this child's jobs someone cancelled (running: read
+# when the master's TERM arrives, so the child ends that job cancelled instead of draining it;
+# claimed, not started: read before the job would start). One word per job, so two cancels in
+# the same second both count; the oldest is overwritten only when all are taken.
+_CANCELS_AT = 56
+CANCEL_SLOTS = HEADER_WORDS - _CANCELS_AT
 
 # Histogram upper bounds in seconds (Prometheus "le"), +Inf implied.
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 JOB_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 assert _CLAIM_BUCKETS_AT + len(CLAIM_BUCKETS) + 1 <= _JOB_BUCKETS_AT
-assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= _CANCEL_JOB < HEADER_WORDS
+assert _JOB_BUCKETS_AT + len(JOB_BUCKETS) + 1 <= _CANCELS_AT < HEADER_WORDS
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Board:
         self._map = mmap.mmap(-1, (self._unrecorded_at + 2 + unrecorded) * WORD)
         self._u = memoryview(self._map).cast("Q")
         self._d = memoryview(self._map).cast("d")
+        self._next_cancel = 0  # the master's: which cancel word to overwrite when all are taken
 
     # -- written by the child --------------------------------------------------------------
 
@@ -144,15 +148,22 @@ class Board:
         self._u[base + 1] = 0
         self._u[base] += 1
 
-    def cancelled_job(self) -> int:
-        """The job the master was asked to cancel (0: none)."""
-        return int(self._u[_CANCEL_JOB])
+    def cancelled_jobs(self) -> set[int]:
+        """The jobs the master was asked to cancel."""
+        return {int(i) for i in self._u[_CANCELS_AT:HEADER_WORDS] if i}
 
     # -- read by the master ----------------------------------------------------------------
 
     def cancel_job(self, job_id: int) -> None:
-        """Written by the master just before it stops the child to cancel ``job_id``."""
-        self._u[_CANCEL_JOB] = job_id
+        """Written by the master when it was asked to cancel ``job_id`` (before it stops the
+        child, for a running job). Each word is written whole, so the child never reads half."""
+        words = self._u[_CANCELS_AT:HEADER_WORDS]
+        if job_id in words:
+            return
+        free = [i for i, word in enumerate(words) if not word]
+        slot = free[0] if free else self._next_cancel % CANCEL_SLOTS
+        self._next_cancel = slot + 1
+        self._u[_CANCELS_AT + slot] = job_id
 
     @property
     def state(self) -> State:

@@ -359,10 +359,8 @@ def test_a_signal_raises_only_into_the_handlers_own_code(dsn: str, tmp_path: Pat
     they would turn a success into a failure; only the handler's own frames may take them."""
     import sys
 
-    from supervisor.child.execution import Executor
     from supervisor.config import load_config
-    from supervisor.config.handlers import Handler
-    from supervisor.shared.board import Board
+    from tests.executors import claimed_job, one_kind_executor
 
     seen: dict[str, bool] = {}
 
@@ -375,21 +373,8 @@ def test_a_signal_raises_only_into_the_handlers_own_code(dsn: str, tmp_path: Pat
     path = tmp_path / "q.yaml"
     path.write_text(ONE_CHILD)
     config = load_config(path)
-    handler = Handler("k", "tests:k", handler_func, False)
-    executor = Executor(
-        config=config,
-        pool="main",
-        worker_id="w",
-        handlers={"k": handler},
-        kinds=["k"],
-        board=Board(1),
-        lease_check=lambda job: True,
-        cancel_check=lambda job: False,
-        interruptible_thread=0,
-    )
-    now = datetime.now(timezone.utc)
-    job = Job(1, "default", "k", {}, 0, now, 1, 3, 1, now, now)
-    assert executor.run(job) is None
+    executor = one_kind_executor(config, handler_func, wants_context=False)
+    assert executor.run(claimed_job()) is None
     assert seen == {"handler": True, "handler call": False, "executor": False}
     assert not executor.in_handler(sys._getframe())  # after the run: never
 
@@ -400,8 +385,9 @@ def test_an_exception_raised_mid_call_discards_the_childs_connection(
     """A timeout raised out of the signal handler while the handler's lease check waits on
     the child's own connection leaves that connection mid-protocol: it is discarded (and
     reopened later), never used again for the outcome writes or the next claim."""
-    from supervisor.child.execution import JobTimeout
-    from supervisor.child.worker import ChildSpec, Worker
+    from supervisor.child.executor import JobTimeout
+    from supervisor.child.spec import ChildSpec
+    from supervisor.child.worker import Worker
     from supervisor.config import load_config
     from supervisor.shared.board import Board
 
@@ -425,7 +411,8 @@ def test_an_exception_raised_mid_call_discards_the_childs_connection(
             inherited_fds=[],
         )
     )
-    worker.conn = psycopg.connect(dsn, autocommit=True)
+    session = worker.parts.session
+    session.conn = psycopg.connect(dsn, autocommit=True)
     now = datetime.now(timezone.utc)
     job = Job(1, "default", "k", {}, 0, now, 1, 3, 1, now, now)
 
@@ -439,9 +426,9 @@ def test_an_exception_raised_mid_call_discards_the_childs_connection(
             locker.execute("LOCK TABLE pgq.jobs IN ACCESS EXCLUSIVE MODE")
             signal.setitimer(signal.ITIMER_REAL, 0.3)
             with pytest.raises(JobTimeout):
-                worker._lease_held(job)
+                worker.parts.lease_held(job)
             locker.rollback()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert worker.conn is None
+    assert session.conn is None

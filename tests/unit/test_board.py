@@ -39,3 +39,20 @@ def test_jobs_run_but_not_recorded_are_listed_within_their_room() -> None:
     board.set_unrecorded([])
     assert board.unrecorded() == [] and [j.job_id for j in board.running_jobs()] == [42]
     board.close()
+
+
+def test_each_cancel_has_a_word_of_its_own() -> None:
+    """Two jobs cancelled in the same second are both on the board; when every word is taken,
+    the oldest cancel gives way."""
+    from supervisor.shared.board import CANCEL_SLOTS
+
+    board = Board(1)
+    board.cancel_job(11)
+    board.cancel_job(12)
+    board.cancel_job(11)  # asked again at the master's next look: still one word
+    assert board.cancelled_jobs() == {11, 12}
+    for job_id in range(100, 100 + CANCEL_SLOTS):
+        board.cancel_job(job_id)
+    assert len(board.cancelled_jobs()) == CANCEL_SLOTS
+    assert 11 not in board.cancelled_jobs()
+    assert 100 + CANCEL_SLOTS - 1 in board.cancelled_jobs()

@@ -17,23 +17,12 @@ PACKAGE = ROOT / "supervisor"
 SCRIPTS = ROOT / "scripts"
 
 LIBRARY = "supervisor.queue"
-# The child's side of the fork: its loop and what it runs.
-CHILD = ("supervisor.child.worker", "supervisor.child.execution", "supervisor.child.weights")
-# The master's side: its loop, its record of the children, its services and its sessions.
-MASTER = (
-    "supervisor.master.loop",
-    "supervisor.master.children",
-    "supervisor.services.base",
-    "supervisor.services.slices",
-    "supervisor.services.rescuer",
-    "supervisor.services.purge",
-    "supervisor.services.metrics_feed",
-    "supervisor.services.vacuum",
-    "supervisor.services.stager",
-    "supervisor.services.scheduler",
-    "supervisor.services.database",
-    "supervisor.services.registry",
-)
+# The rooms of the processes, by side of the fork: the child's (its loop and what it runs), the
+# master's (its loop, slots, wake-ups) with its services, and what both sides read.
+CHILD = "supervisor.child"
+MASTER = "supervisor.master"
+SERVICES = "supervisor.services"
+SHARED = "supervisor.shared"
 
 
 def module_names(top: Path, prefix: str) -> dict[str, Path]:
@@ -155,22 +144,41 @@ def test_the_library_imports_nothing_but_itself(package: dict[str, set[str]]) ->
     assert outside == set()
 
 
-def test_a_child_imports_nothing_of_the_master(package: dict[str, set[str]]) -> None:
-    assert all(name in package for name in (*CHILD, *MASTER)), "a runtime module moved"
-    assert reachable(package, CHILD) & set(MASTER) == set()
+def room(package: dict[str, set[str]], *names: str) -> set[str]:
+    found = {name for name in package if any(within(name, r) for r in names)}
+    assert found, f"a room moved: update {names}"
+    return found
+
+
+def crossings(package: dict[str, set[str]], source: str, *walls: str) -> set[str]:
+    """Every module of the room ``source`` reaches, directly or not, inside ``walls``."""
+    return reachable(package, room(package, source)) & room(package, *walls)
+
+
+def test_a_child_imports_nothing_of_the_master_or_its_services(
+    package: dict[str, set[str]],
+) -> None:
+    assert crossings(package, CHILD, MASTER, SERVICES) == set()
+
+
+def test_the_services_see_the_master_only_through_their_host(
+    package: dict[str, set[str]],
+) -> None:
+    assert crossings(package, SERVICES, MASTER, CHILD) == set()
+
+
+def test_what_both_sides_share_imports_neither_side(package: dict[str, set[str]]) -> None:
+    assert crossings(package, SHARED, CHILD, MASTER, SERVICES) == set()
 
 
 def test_the_metrics_read_a_view_not_the_master(package: dict[str, set[str]]) -> None:
-    observability = [name for name in package if within(name, "supervisor.observability")]
-    assert reachable(package, observability) & set(MASTER) == set()
+    assert crossings(package, "supervisor.observability", MASTER, SERVICES, CHILD) == set()
 
 
 def test_the_dashboard_reads_the_database_not_the_processes(package: dict[str, set[str]]) -> None:
     # The web dashboard is a separate process: what it knows of supervisors and children comes
     # from the registry in the database, never from the master's or the child's code.
-    web = [name for name in package if within(name, "supervisor.web")]
-    assert web, "the dashboard moved: update this test"
-    assert reachable(package, web) & {*MASTER, *CHILD} == set()
+    assert crossings(package, "supervisor.web", MASTER, SERVICES, CHILD) == set()
 
 
 def test_the_walls_would_be_seen(tmp_path: Path) -> None:
@@ -180,3 +188,10 @@ def test_the_walls_would_be_seen(tmp_path: Path) -> None:
     source = tmp_path / "jobs.py"
     source.write_text("def f():\n    from supervisor.master import loop\n")
     assert imports_of(source, "supervisor.queue.jobs", known) == {"supervisor.master.loop"}
+    # A child module reaching the master through a shared one is a crossing too.
+    leaky = {
+        "supervisor.child.a": {"supervisor.shared.b"},
+        "supervisor.shared.b": {"supervisor.master.c"},
+        "supervisor.master.c": set(),
+    }
+    assert crossings(leaky, CHILD, MASTER, SERVICES) == {"supervisor.master.c"}

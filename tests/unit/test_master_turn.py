@@ -8,7 +8,8 @@ import pytest
 
 from supervisor.config import parse_config
 from supervisor.master.children import Slot
-from supervisor.master.loop import SERVICES_BUDGET, Master, PoolRuntime
+from supervisor.master.loop import SERVICES_BUDGET, Master
+from supervisor.master.pools import PoolRuntime
 from supervisor.services.base import Service
 
 YAML = """
@@ -17,11 +18,11 @@ pools: {main: {processes: 2, queues: {default: 1}}}
 """
 QUIET_STEPS = (
     "reap_children",
-    "handle_notifications",
+    "handle_wakeups",
     "run_due_services",
     "escalate_kills",
     "update_title",
-    "sleep",
+    "wait",
 )
 
 
@@ -72,9 +73,10 @@ class _Slow(Service):
         self.name = name
         self.ran = ran
 
-    def run_once(self) -> None:
+    def run_once(self) -> int:
         self.ran.append(self.name)
         time.sleep(SERVICES_BUDGET * 2)
+        return 1
 
 
 def test_due_services_are_spread_over_turns_longest_overdue_first(

@@ -19,7 +19,8 @@ import pytest
 
 from supervisor.config import Config, DatabaseConfig, MetricsConfig, PoolConfig
 from supervisor.master.children import Child, Slot
-from supervisor.master.loop import Master, PoolRuntime
+from supervisor.master.loop import Master
+from supervisor.master.pools import PoolRuntime
 from supervisor.observability import metrics
 from supervisor.observability.families import QueueSnapshot
 from supervisor.observability.metrics import MetricsError, MetricsServer

@@ -1,0 +1,194 @@
+"""Running one claimed job: look up its handler, build its context, time it, map its outcome.
+
+A handler that returns completed its job; whatever it raises is mapped to a settlement by
+supervisor.queue.outcomes. The exceptions below are raised into a handler by the child's signal
+handler (timeouts, cancels, the master's death); they are BaseExceptions, so a handler's
+``except Exception`` cannot swallow them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from supervisor.queue import outcomes
+from supervisor.queue.context import JobContext
+from supervisor.queue.jobs import Job
+from supervisor.shared.board import Board, Counter
+
+if TYPE_CHECKING:
+    from supervisor.config import Config
+    from supervisor.config.handlers import Handler
+
+log = logging.getLogger("pgq.worker")
+
+
+class JobTimeout(BaseException):
+    """Raised inside a handler that ran past its kind's timeout."""
+
+
+class JobCancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran (the master stopped it)."""
+
+
+class Orphaned(BaseException):
+    """Raised inside a handler when the master died: the child gives back its work and exits."""
+
+
+def job_fields(job: Job, pool: str) -> dict[str, Any]:
+    """The fields every log line about a job carries."""
+    return {
+        "job_id": job.id,
+        "kind": job.kind,
+        "queue": job.queue,
+        "attempt": job.attempts,
+        "pool": pool,
+    }
+
+
+class Executor:
+    """Runs jobs for one child. One instance per child; ``run`` may be called from several
+    handler threads."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        pool: str,
+        worker_id: str,
+        handlers: Mapping[str, Handler],
+        kinds: list[str],
+        board: Board,
+        lease_check: Callable[[Job], bool | None],
+        cancel_check: Callable[[Job], bool | None],
+        interruptible_thread: int | None,
+    ) -> None:
+        self.config = config
+        self.pool = pool
+        self.worker_id = worker_id
+        self.handlers = handlers
+        self.kind_index = {kind: i for i, kind in enumerate(kinds)}
+        self.board = board
+        self.lease_check = lease_check
+        self.cancel_check = cancel_check
+        # Handlers on this thread run on the process's main thread, where a signal handler can
+        # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
+        self.interruptible_thread = interruptible_thread
+        # True only while such a handler runs: a signal raises into the handler, never into our
+        # own bookkeeping around it.
+        self.interruptible = False
+        self.deadline: float | None = None
+        # Frames that are ours, not the handler's: a signal landing in one of them finds the
+        # handler not yet called or already returned.
+        self._own_code: set[Any] = {Executor.run.__code__}
+        for h in handlers.values():
+            call = getattr(type(h).__call__, "__code__", None)
+            if call is not None:
+                self._own_code.add(call)
+        # Handler threads share the board's counters; `+=` on shared memory is not atomic.
+        self.counter_lock = threading.Lock()
+
+    def in_handler(self, frame: FrameType | None) -> bool:
+        """Whether a signal that interrupted ``frame`` (the main thread's innermost frame)
+        landed in the handler's own code. Checked by frame, not by a flag cleared after the
+        handler returns: between the return and the clearing, a flag would still say
+        "running" and a timeout raised there would turn a success into a failure."""
+        return self.interruptible and frame is not None and frame.f_code not in self._own_code
+
+    def timed_out(self, job: Job) -> outcomes.Settlement:
+        """The failure of a job stopped for running past its kind's timeout."""
+        policy = self.config.policy(job.kind)
+        return outcomes.failure(
+            job,
+            f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
+
+    def unstartable(self, job: Job) -> outcomes.Settlement | None:
+        """The settlement of a job that must not start: cancelled after the claim, before its
+        turn came (the master wrote it on the board), or of a kind with no handler here."""
+        if job.id in self.board.cancelled_jobs():
+            return outcomes.cancelled(job, "cancelled before it started", started=False)
+        if job.kind in self.handlers:
+            return None
+        with self.counter_lock:
+            self.board.count(Counter.UNKNOWN_KIND)
+        policy = self.config.policy(job.kind)
+        known = ", ".join(sorted(self.handlers)) or "none"
+        return outcomes.failure(
+            job,
+            f"no handler for kind {job.kind!r} in pool {self.pool} (handlers here: {known}); "
+            "retrying, since a worker from a newer deploy may know it",
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
+
+    def context(self, job: Job, started: float) -> JobContext:
+        policy = self.config.policy(job.kind)
+        return JobContext(
+            id=job.id,
+            kind=job.kind,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=policy.max_attempts or job.max_attempts,
+            lease_id=job.lease_id,
+            worker=self.worker_id,
+            created_at=job.created_at,
+            deadline=started + policy.timeout if policy.timeout else None,
+            _check_lease=lambda: self.lease_check(job),
+            _check_cancel=lambda: self.cancel_check(job),
+        )
+
+    def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
+        """Run one job; returns its settlement, or None when it completed."""
+        refused = self.unstartable(job)
+        if refused is not None:
+            return refused
+        policy = self.config.policy(job.kind)
+        handler = self.handlers[job.kind]
+        started = self.board.job_started(
+            thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
+        )
+        context = self.context(job, started) if handler.wants_context else None
+        settlement: outcomes.Settlement | None = None
+        self.deadline = started + policy.timeout if policy.timeout else None
+        try:
+            self.interruptible = thread == self.interruptible_thread
+            raised: BaseException | None = None
+            try:
+                handler(job.args, context)
+            except (JobTimeout, JobCancelled, Orphaned):
+                raise
+            except BaseException as exc:  # a handler's SystemExit is its failure, not ours
+                raised = exc
+            self.interruptible = False
+            settlement = outcomes.of_attempt(
+                job,
+                raised,
+                cancel_seen=context is not None and context.cancel_seen,
+                lease_lost_seen=context is not None and context.lease_lost,
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
+        except JobTimeout:
+            self.interruptible = False
+            settlement = self.timed_out(job)
+        except JobCancelled:
+            self.interruptible = False
+            settlement = outcomes.cancelled(job, "cancelled while running; the worker stopped it")
+        finally:
+            self.interruptible = False
+            self.deadline = None
+            self.board.job_finished(thread)
+            with self.counter_lock:
+                self.board.observe_job(time.monotonic() - started)
+                self.board.count(Counter.JOBS_RUN)
+        return settlement

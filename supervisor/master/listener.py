@@ -1,0 +1,76 @@
+"""The master's LISTEN session: which queues another host's enqueue woke, and when the stager
+should look again.
+
+LISTEN needs a session of its own, never through a transaction pooler; without a listen_dsn
+there is no listener at all and idle children poll. Its socket joins the master's selector
+(again after every reconnect); the loop reads it when it is readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+from dataclasses import dataclass, field
+
+from supervisor.services.database import MasterDatabase
+
+NOTIFY_CHANNEL = "pgq_jobs"
+# Jobs were scheduled for later: the stager reads the earliest run_at again.
+SCHEDULED_CHANNEL = "pgq_scheduled"
+
+
+@dataclass
+class Heard:
+    """What the notifications since the last read said."""
+
+    queues: list[str] = field(default_factory=list)  # each once, in the order first heard
+    scheduled: bool = False
+
+
+class Listener:
+    def __init__(
+        self, dsn: str, *, connect_timeout: float, selector: selectors.BaseSelector
+    ) -> None:
+        self.session = MasterDatabase(
+            dsn,
+            name="listener",
+            connect_timeout=connect_timeout,
+            on_connect=lambda conn: conn.execute(
+                f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
+            ),
+        )
+        self.selector = selector
+        self.fd: int | None = None
+
+    def refresh(self) -> None:
+        """(Re)connect when due, and keep the selector watching the current socket."""
+        conn = self.session.connection()
+        fd = conn.fileno() if conn is not None else None
+        if fd == self.fd:
+            return
+        if self.fd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(self.fd)
+        if fd is not None:
+            self.selector.register(fd, selectors.EVENT_READ, self)
+        self.fd = fd
+
+    def read(self, own_pid: int | None) -> Heard:
+        """The notifications waiting, leaving out the master's own job NOTIFYs (``own_pid``:
+        the stager and the scheduler wake this host's children themselves; theirs are for
+        the other hosts)."""
+        notifies = self.session.run("listen", lambda conn: list(conn.notifies(timeout=0)))
+        heard = Heard()
+        for n in notifies or []:
+            if n.channel == SCHEDULED_CHANNEL:
+                heard.scheduled = True
+            elif n.pid != own_pid:
+                heard.queues.append(n.payload)
+        heard.queues = list(dict.fromkeys(heard.queues))
+        return heard
+
+    def fileno(self) -> int | None:
+        return self.session.fileno()
+
+    def close(self) -> None:
+        self.session.close()

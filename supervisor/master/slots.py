@@ -1,0 +1,91 @@
+"""The master's slots: one per child a pool should have, refilled one fork per turn. A part of
+Master (supervisor.master.loop)."""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import time
+from typing import TYPE_CHECKING
+
+from supervisor.master.children import Child, Slot, spawn
+from supervisor.master.pools import PoolRuntime
+
+if TYPE_CHECKING:
+    from supervisor.config import Config, PoolConfig
+    from supervisor.config.handlers import Handler
+
+log = logging.getLogger("pgq.master")
+
+
+class Slots:
+    config: Config
+    handlers: dict[str, Handler]
+    kinds: list[str]
+    dsn: str
+    host_name: str
+    generation: int
+    stopping: bool
+    pools: dict[str, PoolRuntime]
+    children: dict[int, Child]
+    selector: selectors.BaseSelector
+    # ... and the Master's enforce_stop_deadline and inherited_fds.
+
+    def new_pool_runtime(self, pool: PoolConfig) -> PoolRuntime:
+        self.generation += 1
+        return PoolRuntime(
+            pool, self.generation, [Slot(pool.name, i + 1) for i in range(pool.processes)]
+        )
+
+    def tend_slots(self) -> None:
+        """Refill empty slots; while stopping, only enforce the deadline. Decided when the step
+        runs, not when the turn begins: a SIGTERM handled earlier in this turn must not be
+        followed by a fresh child in the slot its drained child just left."""
+        if self.stopping:
+            self.enforce_stop_deadline()
+        else:
+            self.refill_slots()
+
+    def refill_slots(self) -> None:
+        """One fork per turn: a fork copies the master's page tables and costs milliseconds,
+        and a pool of many children forked in one turn would hold the loop for all of them.
+        The next empty slot is due still, so the next turn follows at once."""
+        now = time.monotonic()
+        for runtime in self.pools.values():
+            for slot in runtime.slots:
+                if slot.child is None and now >= slot.next_spawn:
+                    self.spawn_into(runtime, slot)
+                    return
+
+    def spawn_into(self, runtime: PoolRuntime, slot: Slot) -> None:
+        try:
+            child = spawn(
+                config=self.config,
+                pool=runtime.config,
+                slot=slot.index,
+                generation=runtime.generation,
+                host=self.host_name,
+                dsn=self.dsn,
+                handlers=self.handlers,
+                kinds=self.kinds,
+                inherited_fds=self.inherited_fds,
+            )
+        except OSError as exc:
+            log.error(
+                "cannot fork a child for %s#%s: %s; retrying in 1s", slot.pool, slot.index, exc
+            )
+            slot.next_spawn = time.monotonic() + 1.0
+            return
+        slot.child = child
+        self.children[child.pid] = child
+        self.selector.register(child.report_fd, selectors.EVENT_READ, child)
+        log.info(
+            "spawned %s#%s (pid %s)", slot.pool, slot.index, child.pid, extra={"pool": slot.pool}
+        )
+
+    def slot_of(self, child: Child) -> Slot | None:
+        runtime = self.pools.get(child.pool)
+        if runtime is None or runtime.generation != child.generation:
+            return None  # retired by a reload
+        slot = runtime.slots[child.slot - 1]
+        return slot if slot.child is child else None
