@@ -7,7 +7,9 @@
 
 It runs in the caller's process on a background thread, never inside the supervisor. Besides
 the root URL it answers ``POST /status/<code>`` with that status, so tests can ask for a 400 or
-a 302 on purpose.
+a 302 on purpose. ``POST /mail`` is its mail server (the demo's invoice archive is "mailed"
+there), and ``GET /mail/<key>`` says whether a mail with that Idempotency-Key arrived: what a
+reconcile hook asks after an attempt whose outcome is unknown.
 
 As a program: ``python -m examples.sink --port 8099 [--fail-rate 0.2]`` serves until Ctrl-C or
 SIGTERM and logs every request.
@@ -69,6 +71,7 @@ class WebhookSink:
         self._rng = random.Random(seed)
         self._changed = threading.Condition()
         self._deliveries: list[Delivery] = []
+        self._mails: list[Delivery] = []
         self._received: list[Received] = []
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
@@ -91,6 +94,16 @@ class WebhookSink:
         """Every request answered, with its status."""
         with self._changed:
             return list(self._received)
+
+    @property
+    def mails(self) -> list[Delivery]:
+        """Every mail accepted at /mail, duplicates included."""
+        with self._changed:
+            return list(self._mails)
+
+    def mailed(self, key: str) -> bool:
+        with self._changed:
+            return any(m.key == key for m in self._mails)
 
     def unique_deliveries(self) -> list[Delivery]:
         """The first accepted delivery of each Idempotency-Key: what the receiver acted on."""
@@ -129,11 +142,11 @@ class WebhookSink:
         with self._changed:
             return self._rng.random() < self.fail_rate
 
-    def _record(self, received: Received, delivery: Delivery | None) -> None:
+    def _record(self, received: Received, delivery: Delivery | None, mail: bool = False) -> None:
         with self._changed:
             self._received.append(received)
             if delivery is not None:
-                self._deliveries.append(delivery)
+                (self._mails if mail else self._deliveries).append(delivery)
             self._changed.notify_all()
 
 
@@ -161,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         if forced:
             self._answer(int(forced.group(1)), key, attempt)
             return
-        if self.path != "/":
+        if self.path not in ("/", "/mail"):
             self._answer(HTTPStatus.NOT_FOUND, key, attempt, "no such endpoint")
             return
         delivery, problem = _parse(key, body) if body is not None else (None, problem)
@@ -173,12 +186,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.sink._should_fail():
             self._answer(HTTPStatus.SERVICE_UNAVAILABLE, key, attempt, "try again later")
             return
-        self._answer(HTTPStatus.OK, key, attempt, delivery=delivery)
+        self._answer(HTTPStatus.OK, key, attempt, delivery=delivery, mail=self.path == "/mail")
 
     def do_GET(self) -> None:
+        if self.path.startswith("/mail/"):
+            found = {"delivered": self.sink.mailed(self.path.removeprefix("/mail/"))}
+            self._send(HTTPStatus.OK, json.dumps(found).encode(), "application/json")
+            return
         summary = {
             "deliveries": len(self.sink.deliveries),
             "unique": len(self.sink.unique_deliveries()),
+            "mails": len(self.sink.mails),
         }
         self._send(HTTPStatus.OK, json.dumps(summary).encode(), "application/json")
 
@@ -199,9 +217,10 @@ class _Handler(BaseHTTPRequestHandler):
         attempt: str | None,
         message: str = "",
         delivery: Delivery | None = None,
+        mail: bool = False,
     ) -> None:
         status = HTTPStatus(status)
-        self.sink._record(Received(status.value, key, attempt), delivery)
+        self.sink._record(Received(status.value, key, attempt), delivery, mail)
         log.info("%s %s key=%s attempt=%s", status.value, status.phrase, key, attempt)
         headers = {}
         if status in (HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE):

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 import checkout  # noqa: F401  (examples/, the demo's handlers, is importable from the checkout only)
 import psycopg
-from demo_jobs import QUEUES, config_problems, parse_args, plan_jobs
+from demo_jobs import QUEUES, archive_job, config_problems, parse_args, plan_jobs
 from demo_processes import Helper, Sink, signals_held, stop_supervisor
 from demo_report import (
     QUERIES,
@@ -53,7 +53,7 @@ from demo_report import (
     write_json,
 )
 
-from supervisor import enqueue_many
+from supervisor import batch_status, enqueue_batch, enqueue_many, result
 from supervisor.config import Config, ConfigError, load_config
 from supervisor.embedded.server import EmbeddedPostgres
 from supervisor.queue.dsn import describe
@@ -98,6 +98,9 @@ class Demo:
         self.conn: psycopg.Connection[Any] | None = None
         self.ids_by_queue: dict[str, list[int]] = {}
         self.invoice_ids: list[int] = []
+        self.batch_id: int | None = None
+        self.archive_id: int | None = None  # the batch's then job, once every invoice ended
+        self.archive: dict[str, Any] | None = None
         self.started_wall = time.time()
         self.started = time.monotonic()
         self.startup_seconds: float | None = None
@@ -209,10 +212,22 @@ class Demo:
             out_dir=shown(self.paths.out),  # relative to ROOT, where the workers run
             sink_url=self.sink.url,
         )
+        invoices = [job for job in jobs if job.kind == "render_pdf"]
+        others = [job for job in jobs if job.kind != "render_pdf"]
+        then = archive_job(
+            [job.args["invoice_id"] for job in invoices],
+            out_dir=shown(self.paths.out),
+            sink_url=self.sink.url,
+        )
         began = time.monotonic()
         with self.conn.transaction():
-            ids = enqueue_many(self.conn, jobs)
+            # The invoices are one batch: once every one has ended, its then job zips the PDFs
+            # and mails the archive, in the same transaction as the last invoice's outcome.
+            batch = enqueue_batch(self.conn, invoices, then=then)
+            ids = batch.job_ids + enqueue_many(self.conn, others)
             row = self.conn.execute(QUERIES["database_now"]).fetchone()
+        self.batch_id = batch.id
+        jobs = invoices + others
         assert row is not None
         self.enqueued_at = row[0]
         self.ids_by_queue = {queue: [] for queue in QUEUES}
@@ -223,7 +238,8 @@ class Demo:
         self.say(
             f"enqueued          {len(ids)} jobs in one transaction in "
             f"{(time.monotonic() - began) * 1000:.0f} ms: {args.invoices} invoices (queues pdf "
-            f"and reports), {args.webhooks} webhooks, {args.syncs} account syncs\n"
+            f"and reports) as batch {batch.id}, whose then job mails one archive of the PDFs, "
+            f"{args.webhooks} webhooks, {args.syncs} account syncs\n"
         )
 
     # -- watching ----------------------------------------------------------------------------
@@ -246,8 +262,11 @@ class Demo:
             received = self.sink.counts()
             if received:
                 header += f" · webhooks received {received[0]} ({received[1]} unique)"
+            archive = self.archive_state()
+            if archive:
+                header += f" · archive {archive}"
             progress.show(header, self.snap, self.enqueued_at, tick - self.started)
-            if self.snap.total.left == 0:
+            if self.snap.total.left == 0 and archive in ("mailed", "dead", "unknown"):
                 progress.done()
                 return True
             code = self.supervisor.poll()
@@ -262,6 +281,23 @@ class Demo:
                 self.say(f"timed out after {self.args.timeout:.0f}s with jobs left")
                 return False
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+    def archive_state(self) -> str:
+        """Where the batch's then job is: '' before it exists, then its state, 'mailed' once it
+        completed (its result kept: the archive's path and size)."""
+        assert self.conn is not None
+        if self.batch_id is None:
+            return ""
+        if self.archive_id is None:
+            self.archive_id = batch_status(self.conn, self.batch_id).then_job_id
+            if self.archive_id is None:
+                return ""
+        row = self.conn.execute(QUERIES["job_state"], {"id": self.archive_id}).fetchone()
+        if row is not None:
+            return "dead" if row[0] == "discarded" else str(row[0])
+        with contextlib.suppress(LookupError):
+            self.archive = result(self.conn, self.archive_id)
+        return "mailed"
 
     def final_snapshot(self) -> None:
         """The last look at the database while the supervisor runs (its embedded server stops
@@ -283,6 +319,8 @@ class Demo:
         if not self.ids_by_queue:
             return
         all_ids = [i for ids in self.ids_by_queue.values() for i in ids]
+        if self.archive_id is not None:
+            all_ids.append(self.archive_id)
         server = None if self.explicit_dsn else EmbeddedPostgres(self.data_dir)
         try:
             with signals_held():
@@ -333,6 +371,7 @@ class Demo:
     ) -> int:
         pdfs = scan_pdfs(self.paths.out, shown(self.paths.out), self.invoice_ids, self.started_wall)
         ok = finished and code == 0 and pdfs.valid == pdfs.expected and not failure
+        ok = ok and (self.archive is not None or not self.invoice_ids)
         summary = None
         if self.snap is not None and self.enqueued_at is not None:
             summary = Summary(
@@ -347,6 +386,7 @@ class Demo:
                 unique_deliveries=deliveries[1] if deliveries else None,
                 dead_letters=self.dead,
                 withdrawn=self.withdrawn,
+                archive=self.archive,
             )
             self.say("\n" + "\n".join([*summary_lines(summary), "", *self.look_further()]))
         if self.paths.json is not None:

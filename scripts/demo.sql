@@ -29,6 +29,12 @@ WHERE queue = ANY(%(queues)s::text[])
 -- The database's clock, which stamps created_at and finished_at.
 SELECT now();
 
+-- name: job_state
+-- The state of one job still in pgq.jobs (the archive job; no row once it completed).
+SELECT state
+FROM pgq.jobs
+WHERE id = %(id)s;
+
 -- name: jobs_in_table
 -- The demo's jobs still in pgq.jobs, per queue and state: waiting, running and dead (completed
 -- jobs are deleted). Failed attempts so far: every attempt spent by a waiting job failed (a

@@ -17,7 +17,9 @@ from supervisor.config import Config
 
 # The queues and kinds below; the supervisor's config must route and handle all of them.
 QUEUES = ("pdf", "reports", "webhooks", "sync")
-KINDS = ("render_pdf", "deliver_webhook", "sync_account")
+KINDS = ("render_pdf", "deliver_webhook", "sync_account", "mail_archive")
+# The invoices' batch callback waits here (I/O: the webhooks pool); not a row of the table.
+ARCHIVE_QUEUE = "mail"
 # The upstream of the account sync fails this share of attempts (examples.flaky).
 SYNC_FAIL_RATE = 0.3
 # Every 12th account, the 6th first, is one the upstream can never serve.
@@ -51,9 +53,16 @@ def account_ids(count: int) -> list[int]:
     return ids
 
 
+def archive_job(invoice_ids: list[int], *, out_dir: str, sink_url: str) -> NewJob:
+    """The invoices' batch callback: one zip of the PDFs, mailed to the sink's /mail."""
+    args = {"out_dir": out_dir, "sink_url": sink_url, "invoice_ids": invoice_ids}
+    return NewJob("mail_archive", args, ARCHIVE_QUEUE)
+
+
 def plan_jobs(
     invoices: int, webhooks: int, syncs: int, *, out_dir: str, sink_url: str
 ) -> list[NewJob]:
+    """Every job but the archive: the invoices first (the demo enqueues them as a batch)."""
     rng = random.Random(5)
     jobs = []
     for invoice_id in range(1, invoices + 1):
@@ -124,5 +133,6 @@ def config_problems(config: Config) -> list[str]:
         problems.append("history.enabled must be true: the demo counts completions there")
     problems += [f"handlers: no handler for {k}" for k in KINDS if k not in config.handlers]
     served = {q for pool in config.pools.values() for q in pool.queues}
-    problems += [f"pools: no pool serves queue {q!r}" for q in QUEUES if q not in served]
+    needed = (*QUEUES, ARCHIVE_QUEUE)
+    problems += [f"pools: no pool serves queue {q!r}" for q in needed if q not in served]
     return [f"{config.path}: {p}" for p in problems]

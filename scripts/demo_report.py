@@ -280,6 +280,8 @@ class Summary:
     unique_deliveries: int | None  # distinct Idempotency-Keys among them
     dead_letters: list[DeadLetter]
     withdrawn: int  # jobs deleted, never run, when the demo stopped early
+    # What the invoices' batch callback returned (its kept result): the archive it mailed.
+    archive: dict[str, Any] | None = None
 
 
 def summary_lines(s: Summary) -> list[str]:
@@ -308,6 +310,14 @@ def summary_lines(s: Summary) -> list[str]:
         f"PDFs: {pdfs.written} of {pdfs.expected} invoices written to {pdfs.folder}/, "
         f"{human_size(pdfs.size)}, {verdict}"
     )
+    if s.archive is not None:
+        batch = s.archive.get("batch", {})
+        lines.append(
+            f"Archive: batch {batch.get('id')} ended ({batch.get('completed')} completed, "
+            f"{batch.get('discarded')} discarded, {batch.get('cancelled')} cancelled); its then "
+            f"job zipped {s.archive['files']} PDFs into {s.archive['archive']} "
+            f"({human_size(s.archive['bytes'])}) and mailed it once (effects: external)"
+        )
     if s.deliveries is not None:
         lines.append(
             f"Webhooks: {s.webhooks} jobs; the receiver accepted {s.deliveries} deliveries, "

@@ -228,6 +228,23 @@ WHERE s.queue = %(queue)s
 LIMIT %(limit)s
 OFFSET %(offset)s;
 
+-- name: web_queue_unknown
+-- One page of a queue's jobs whose outcome is unknown, oldest first (the small jobs_unknown
+-- index, by when their reconcile hook is next due).
+SELECT s.*
+FROM (
+    SELECT j.id, j.kind, j.priority, j.run_at, j.attempts, j.max_attempts, j.locked_by,
+           j.started_at, j.finished_at, j.last_error, j.created_at, j.queue
+    FROM pgq.jobs AS j
+    WHERE j.state = 'unknown'
+    ORDER BY j.run_at, j.id
+    LIMIT %(scan)s
+) AS s
+WHERE s.queue = %(queue)s
+  AND (%(kind)s::text IS NULL OR s.kind = %(kind)s::text)
+LIMIT %(limit)s
+OFFSET %(offset)s;
+
 -- name: web_dead_letters
 -- One page of dead letters, newest first, after the (finished_at, id) of the previous page's
 -- last row; filters are optional (null means any); %(older_than)s is in seconds. Reads the

@@ -120,6 +120,12 @@ SELECT pg_notify('pgq_scheduled', '');
 -- yields nothing: the check is one primary-key probe per statement, evaluated once before the
 -- index scan, so every host skips the queue from its next claim on.
 --
+-- %(results)s is a JSON array of [id, value] pairs: what the finished jobs that returned
+-- something returned ('[]' when none did), kept in pgq.job_results for the jobs still ours
+-- (pgq.keep_results, called only when there is something to keep). A
+-- finished job of a batch counts down its batch (pgq.batch_ended), which enqueues the batch's
+-- `then` job when it was the last; jobs outside batches never call it.
+--
 -- Rows: one per claimed job, then one last row whose final column holds the ids of the finished
 -- jobs that were still ours (null when none was): a finished job missing from it had lost its
 -- lease to another worker, and its result was dropped.
@@ -128,7 +134,7 @@ WITH done AS (
     USING unnest(%(done_ids)s::bigint[], %(done_lease_ids)s::bigint[]) AS f(id, lease_id)
     WHERE j.id = f.id
       AND j.lease_id = f.lease_id
-    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors
+    RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors, j.batch_id
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -166,14 +172,37 @@ claimed AS (
     -- instead (0.6 ms of planning per claim). = ANY keeps the generic plan to index look-ups.
     WHERE j.id = ANY (ARRAY(SELECT id FROM next))
     RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.lease_id, j.lease_until, j.created_at
+              j.lease_id, j.lease_until, j.created_at, j.batch
 )
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
-       created_at, NULL::bigint[] AS completed
+       created_at, batch, NULL::bigint[] AS completed
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, array_agg(id)
-FROM done;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d.ids
+-- The finished jobs' results and batch counts ride on this last row, read once from `done`:
+-- pgq.keep_results only when some job returned something, pgq.batch_ended only when some job
+-- belongs to a batch, so a plain completion calls neither. They run after the claim (so the
+-- batch counters' row locks are held for the commit alone), and the claim's own text stays
+-- within the 1,024 characters pg_stat_activity keeps of a query.
+FROM (
+    SELECT array_agg(id) AS ids,
+           array_agg(kind) AS kinds,
+           array_agg(attempts) AS attempts,
+           array_agg(id) FILTER (WHERE batch_id IS NOT NULL) AS members,
+           array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL) AS batches
+    FROM done
+) AS d
+CROSS JOIN LATERAL (
+    SELECT CASE
+               WHEN d.ids IS NOT NULL AND %(results)s::text <> '[]'
+               THEN pgq.keep_results(d.ids, d.kinds, d.attempts, %(results)s::jsonb)
+           END AS kept,
+           CASE
+               WHEN d.members IS NOT NULL
+               THEN pgq.batch_ended(d.members, d.batches,
+                                    array_fill('completed'::text, ARRAY[cardinality(d.members)]))
+           END AS ended
+) AS side;
 
 -- name: settle
 -- Records every outcome other than success for claimed jobs, fenced on (id, lease_id): back to
@@ -184,7 +213,9 @@ FROM done;
 -- were still ours. With %(history)s, discards also write a history row. Fenced by lease_id alone,
 -- like complete, so the plan looks jobs up by primary key. A job with a cancel request
 -- (pgq.cancel) that would go back to available ends 'cancelled' instead: it never runs again.
--- %(states)s may also say 'cancelled' itself (a threaded handler that saw the request).
+-- %(states)s may also say 'cancelled' itself (a threaded handler that saw the request), or
+-- 'unknown' (an attempt of a kind with effects outside the database that timed out: due for its
+-- reconcile hook at once, not finished). Discarded and cancelled members count down their batch.
 WITH settled AS (
     UPDATE pgq.jobs AS j
     -- A retry or snooze for later waits as 'scheduled', outside the claim index.
@@ -204,6 +235,7 @@ WITH settled AS (
         locked_by = NULL,
         lease_until = NULL,
         finished_at = CASE
+            WHEN o.state = 'unknown' THEN NULL
             WHEN o.state <> 'available' OR j.cancel_requested_at IS NOT NULL THEN now()
         END
     FROM unnest(
@@ -217,7 +249,7 @@ WITH settled AS (
     WHERE j.id = o.id
       AND j.lease_id = o.lease_id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors
+              j.finished_at, j.errors, j.batch_id
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -226,8 +258,17 @@ recorded AS (
     FROM settled
     WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
+),
+ended AS (
+    SELECT pgq.batch_ended(array_agg(id), array_agg(batch_id), array_agg(state))
+    FROM settled
+    WHERE batch_id IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
 )
-SELECT id FROM settled;
+SELECT s.id
+FROM settled AS s
+CROSS JOIN (SELECT count(*) FROM ended) AS e;
 
 -- name: renew_leases
 -- Extends the leases of claimed jobs, fenced on (id, lease_id) alone
@@ -269,6 +310,11 @@ SELECT EXISTS (
 -- %(policy_kinds)s / %(policy_max_attempts)s carry the operator's per-kind max_attempts, which
 -- win over the row's own. A job with a cancel request ends 'cancelled' (the master stops a child
 -- to cancel its job, and this is how that job's claim ends).
+-- Outcome unknown: a job that started (in %(spent)s or %(started)s: it ran, whether or not it
+-- finished) of a kind with effects outside the database (in %(external_kinds)s, from this
+-- supervisor's YAML, or declared by any live supervisor: pgq.supervisors.external_kinds) may
+-- have done its effect; it goes to 'unknown' with the reason, its attempt spent, instead of
+-- running again. Discarded and cancelled members count down their batch.
 WITH target AS (
     SELECT id
     FROM pgq.jobs
@@ -280,7 +326,12 @@ WITH target AS (
 decided AS (
     SELECT j.id,
            s.spent,
-           s.spent AND j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted
+           s.spent AND j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted,
+           (s.spent OR j.id = ANY(%(started)s::bigint[]))
+               AND (j.kind = ANY(%(external_kinds)s::text[])
+                    OR EXISTS (SELECT 1
+                               FROM pgq.supervisors AS v
+                               WHERE j.kind = ANY(v.external_kinds))) AS unknown
     FROM pgq.jobs AS j
     JOIN target USING (id)
     -- A null %(spent)s: nobody knows which jobs were running, so every attempt counts.
@@ -293,23 +344,36 @@ decided AS (
 moved AS (
     UPDATE pgq.jobs AS j
     SET state = CASE
+            WHEN d.unknown THEN 'unknown'
             WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
             WHEN d.exhausted THEN 'discarded'
             ELSE 'available'
         END,
         run_at = now(),
-        attempts = CASE WHEN d.spent THEN j.attempts ELSE j.attempts - 1 END,
-        last_error = CASE WHEN d.spent THEN %(reason)s ELSE j.last_error END,
-        errors = CASE WHEN d.spent THEN pgq.error_kept(j.errors, j.attempts, %(reason)s)
-                      ELSE j.errors END,
+        attempts = CASE WHEN d.spent OR d.unknown THEN j.attempts ELSE j.attempts - 1 END,
+        last_error = CASE
+            WHEN d.unknown THEN 'outcome unknown (effects: external): ' || %(reason)s
+            WHEN d.spent THEN %(reason)s
+            ELSE j.last_error
+        END,
+        errors = CASE
+            WHEN d.unknown THEN pgq.error_kept(j.errors, j.attempts,
+                                               'outcome unknown (effects: external): '
+                                               || %(reason)s)
+            WHEN d.spent THEN pgq.error_kept(j.errors, j.attempts, %(reason)s)
+            ELSE j.errors
+        END,
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
-        finished_at = CASE WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now() END
+        finished_at = CASE
+            WHEN d.unknown THEN NULL
+            WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now()
+        END
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors
+              j.finished_at, j.errors, j.batch_id
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -318,14 +382,26 @@ recorded AS (
     FROM moved
     WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
+),
+ended AS (
+    SELECT pgq.batch_ended(array_agg(id), array_agg(batch_id), array_agg(state))
+    FROM moved
+    WHERE batch_id IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
 )
-SELECT id, queue, kind, state, attempts FROM moved;
+SELECT m.id, m.queue, m.kind, m.state, m.attempts
+FROM moved AS m
+CROSS JOIN (SELECT count(*) FROM ended) AS e;
 
 -- name: rescue
 -- Returns up to %(limit)s jobs whose lease expired (their worker stopped renewing: a host that
 -- died, a network partition) to available, or to discarded when no attempts are left.
 -- SKIP LOCKED lets it run beside claims and finishes without waiting on them. A job with a
 -- cancel request ends 'cancelled'. The expiry is recorded in last_error and appended to errors.
+-- A job of a kind with effects outside the database (%(external_kinds)s, or declared by any
+-- live supervisor) goes to 'unknown' instead: nobody knows how far its attempt got.
+-- Discarded and cancelled members count down their batch.
 WITH target AS (
     SELECT id
     FROM pgq.jobs
@@ -338,8 +414,16 @@ WITH target AS (
 decided AS (
     SELECT j.id,
            j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted,
-           'lease expired: worker ' || j.locked_by || ' stopped renewing it' AS error
+           x.unknown,
+           CASE WHEN x.unknown THEN 'outcome unknown (effects: external): ' ELSE '' END
+               || 'lease expired: worker ' || j.locked_by || ' stopped renewing it' AS error
     FROM pgq.jobs AS j
+    CROSS JOIN LATERAL (
+        SELECT j.kind = ANY(%(external_kinds)s::text[])
+               OR EXISTS (SELECT 1
+                          FROM pgq.supervisors AS v
+                          WHERE j.kind = ANY(v.external_kinds)) AS unknown
+    ) AS x
     JOIN target USING (id)
     LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
         AS p(kind, max_attempts) ON p.kind = j.kind
@@ -347,6 +431,7 @@ decided AS (
 moved AS (
     UPDATE pgq.jobs AS j
     SET state = CASE
+            WHEN d.unknown THEN 'unknown'
             WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
             WHEN d.exhausted THEN 'discarded'
             ELSE 'available'
@@ -357,11 +442,14 @@ moved AS (
         lease_id = NULL,
         locked_by = NULL,
         lease_until = NULL,
-        finished_at = CASE WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now() END
+        finished_at = CASE
+            WHEN d.unknown THEN NULL
+            WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now()
+        END
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors
+              j.finished_at, j.errors, j.batch_id
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -370,8 +458,17 @@ recorded AS (
     FROM moved
     WHERE state IN ('discarded', 'cancelled')
       AND %(history)s
+),
+ended AS (
+    SELECT pgq.batch_ended(array_agg(id), array_agg(batch_id), array_agg(state))
+    FROM moved
+    WHERE batch_id IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
 )
-SELECT id, queue, kind, state, attempts FROM moved;
+SELECT m.id, m.queue, m.kind, m.state, m.attempts
+FROM moved AS m
+CROSS JOIN (SELECT count(*) FROM ended) AS e;
 
 -- name: purge_discarded
 -- Deletes up to %(limit)s dead letters and up to %(limit)s cancelled jobs that finished before
@@ -444,7 +541,9 @@ replayed AS (
         attempts = 0,
         run_at = now(),
         finished_at = NULL,
-        cancel_requested_at = NULL
+        cancel_requested_at = NULL,
+        -- Its batch counted it when it was discarded; replayed, it runs on its own.
+        batch_id = NULL
     FROM replayable AS r
     WHERE j.id = r.id
     RETURNING j.id, j.queue
@@ -491,7 +590,8 @@ WHERE s.schemaname = 'pgq'
 
 -- name: queue_stats
 -- Per queue: jobs due now, scheduled for later, running, dead, cancelled; age of the oldest due
--- job; whether the queue is paused (a paused queue with no jobs is listed too).
+-- job; whether the queue is paused (a paused queue with no jobs is listed too); jobs whose
+-- outcome is unknown (last, so readers of the earlier columns are unchanged).
 SELECT
     coalesce(j.queue, p.queue) AS queue,
     coalesce(j.available, 0),
@@ -500,7 +600,8 @@ SELECT
     coalesce(j.discarded, 0),
     coalesce(j.cancelled, 0),
     coalesce(j.oldest_ready_age, 0)::float8,
-    p.queue IS NOT NULL AS paused
+    p.queue IS NOT NULL AS paused,
+    coalesce(j.unknown, 0)
 FROM (
     SELECT
         queue,
@@ -510,6 +611,7 @@ FROM (
         count(*) FILTER (WHERE state = 'running') AS running,
         count(*) FILTER (WHERE state = 'discarded') AS discarded,
         count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+        count(*) FILTER (WHERE state = 'unknown') AS unknown,
         extract(epoch FROM now() - min(run_at)
             FILTER (WHERE state = 'available' AND run_at <= now())) AS oldest_ready_age
     FROM pgq.jobs
@@ -632,11 +734,13 @@ DELETE FROM pgq.maintenance_runs
 WHERE started_at < %(older_than)s;
 
 -- name: heartbeat_supervisor
--- Registers a supervisor, or refreshes its heartbeat.
-INSERT INTO pgq.supervisors (id, host, pid, config)
-VALUES (%(id)s, %(host)s, %(pid)s, %(config)s)
+-- Registers a supervisor, or refreshes its heartbeat, with the kinds its YAML declares
+-- `effects: external` (a reload may change them), which every host's rescuer honours.
+INSERT INTO pgq.supervisors (id, host, pid, config, external_kinds)
+VALUES (%(id)s, %(host)s, %(pid)s, %(config)s, %(external_kinds)s::text[])
 ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = now();
+SET heartbeat_at = now(),
+    external_kinds = EXCLUDED.external_kinds;
 
 -- name: clear_workers
 -- Forgets a supervisor's children before their current list is written again.
@@ -801,7 +905,13 @@ waiting AS (
     WHERE j.id = t.id
       AND t.state IN ('available', 'scheduled')
     RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.finished_at,
-              j.errors
+              j.errors, j.batch_id
+),
+ended AS (
+    SELECT pgq.batch_ended(array_agg(id), array_agg(batch_id), array_agg('cancelled'::text))
+    FROM waiting
+    WHERE batch_id IS NOT NULL
+    HAVING count(*) > 0
 ),
 requested AS (
     UPDATE pgq.jobs AS j
@@ -827,6 +937,7 @@ SELECT t.id,
 FROM target AS t
 LEFT JOIN waiting AS w ON w.id = t.id
 LEFT JOIN requested AS r ON r.id = t.id
+CROSS JOIN (SELECT count(*) FROM ended) AS e
 ORDER BY t.id;
 
 -- name: cancel_requests

@@ -10,6 +10,14 @@ The library half, used by applications and by the supervisor alike::
 """
 
 from supervisor import clash
+from supervisor.queue.batches import (
+    Batch,
+    BatchStatus,
+    batch_status,
+    batch_status_async,
+    enqueue_batch,
+    enqueue_batch_async,
+)
 from supervisor.queue.context import JobContext
 from supervisor.queue.control import (
     cancel,
@@ -31,6 +39,7 @@ from supervisor.queue.enqueue import (
 from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew_leases, settle
 from supervisor.queue.migrations import migrate
 from supervisor.queue.outcomes import Discard, Retry, Snooze
+from supervisor.queue.unknown import UnknownOutcome, resolve, result, result_async
 
 # The one place the version is written; pyproject.toml reads it from here.
 __version__ = "0.1.0"
@@ -39,6 +48,8 @@ PGQ_SUPERVISOR = True
 clash.check()
 
 __all__ = [
+    "Batch",
+    "BatchStatus",
     "Discard",
     "EnqueueError",
     "Fenced",
@@ -48,11 +59,16 @@ __all__ = [
     "NewJob",
     "Retry",
     "Snooze",
+    "UnknownOutcome",
+    "batch_status",
+    "batch_status_async",
     "cancel",
     "claim",
     "complete",
     "enqueue",
     "enqueue_async",
+    "enqueue_batch",
+    "enqueue_batch_async",
     "enqueue_many",
     "enqueue_many_async",
     "list_jobs",
@@ -60,6 +76,9 @@ __all__ = [
     "pause_queue",
     "paused_queues",
     "renew_leases",
+    "resolve",
+    "result",
+    "result_async",
     "resume_queue",
     "retry_now",
     "settle",

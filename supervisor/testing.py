@@ -17,6 +17,7 @@ Nothing here forks or starts threads; handlers run one after another in the call
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -53,35 +54,43 @@ class Outcome:
     delay: float | None = None  # seconds until the next attempt (retry, snooze)
     error: str | None = None  # what would be kept in last_error
     exception: BaseException | None = None  # what the handler raised, if anything
+    result: Any = None  # what a completed handler returned, as it would be kept (decoded JSON)
 
     @property
     def completed(self) -> bool:
         return self.status == "completed"
 
 
-def _outcome(settlement: outcomes.Settlement | None, exc: BaseException | None) -> Outcome:
+def _outcome(
+    settlement: outcomes.Settlement | None, exc: BaseException | None, kept: str | None = None
+) -> Outcome:
     if settlement is None:
-        return Outcome("completed")
+        return Outcome("completed", result=json.loads(kept) if kept is not None else None)
     return Outcome(_STATUS[settlement.label], settlement.delay, settlement.error, exc)
 
 
 def _call(
     func: Callable[..., Any], job: Job, context: JobContext
-) -> tuple[outcomes.Settlement | None, BaseException | None]:
+) -> tuple[outcomes.Settlement | None, BaseException | None, str | None]:
     """Run a handler the way a worker does and map what it did to the supervisor's write, with
-    the workers' own mapping (outcomes.of_attempt)."""
+    the workers' own mapping (outcomes.of_attempt), and the JSON of its return value when it
+    completed and returned one."""
     raised: Exception | None = None
+    value: Any = None
     try:
-        if wants_context(func):
-            func(**job.args, job=context)
-        else:
-            func(**job.args)
+        value = func(**job.args, job=context) if wants_context(func) else func(**job.args)
     except Exception as exc:
         raised = exc
     settlement = outcomes.of_attempt(
         job, raised, cancel_seen=context.cancel_seen, lease_lost_seen=context.lease_lost
     )
-    return settlement, raised
+    if settlement is not None or value is None:
+        return settlement, raised, None
+    kept = outcomes.result_problem(value, outcomes.DEFAULT_RESULT_LIMIT)
+    if isinstance(kept, str):
+        problem = f"the handler of job {job.id} ({job.kind}) returned a result that cannot be kept"
+        return outcomes.failure(job, f"{problem}: {kept}"), None, None
+    return None, None, kept.text
 
 
 def run_inline(
@@ -116,6 +125,7 @@ def _context(job: Job, lease: Callable[[], bool], cancel: Callable[[], bool]) ->
         lease_id=job.lease_id,
         worker=f"testing:{os.getpid()}",
         created_at=job.created_at,
+        batch=job.batch,
         _check_lease=lease,
         _check_cancel=cancel,
     )
@@ -188,16 +198,16 @@ def _run_claimed(
         settlement: outcomes.Settlement | None = outcomes.failure(
             job, f"no handler for kind {job.kind!r} in this drain (handlers: {known})"
         )
-        exc = None
+        exc, kept = None, None
     else:
         context = _context(
             job,
             lambda: jobs_api.lease_held(conn, job),
             lambda: control.cancel_requested(conn, job.id, job.lease_id),
         )
-        settlement, exc = _call(func, job, context)
+        settlement, exc, kept = _call(func, job, context)
     if settlement is None:
-        jobs_api.complete(conn, [job]).raise_if_lost()
+        jobs_api.complete(conn, [job._replace(result=kept)]).raise_if_lost()
     else:
         jobs_api.settle(conn, [settlement]).raise_if_lost()
-    return _outcome(settlement, exc)
+    return _outcome(settlement, exc, kept)

@@ -64,6 +64,8 @@ class Completer:
         self.on_unrecorded = on_unrecorded
         self.done: list[Job] = []
         self.settled: list[outcomes.Settlement] = []
+        # What completed handlers returned, as JSON text, by job id (the Executor's, shared).
+        self.returned: dict[int, str] = {}
         self.oldest: float | None = None
         # After the database refused an outcome (a trigger, a constraint), when to try it again.
         self.retry_at = 0.0
@@ -71,7 +73,8 @@ class Completer:
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
-            self.done.append(job)
+            result = self.returned.pop(job.id, None)
+            self.done.append(job if result is None else job._replace(result=result))
         else:
             self.settled.append(settlement)
         if self.oldest is None:
@@ -260,8 +263,9 @@ def _count_settlement(board: Board, s: outcomes.Settlement) -> None:
         "released": Counter.RELEASED,
         "cancelled": Counter.CANCELLED,
         "lost": Counter.LOST,
-    }[s.label]
-    board.count(counter)
+    }.get(s.label)
+    if counter is not None:  # 'unknown' is counted from the database (the metrics' gauge)
+        board.count(counter)
 
 
 # What each kept settlement says in the log, after "job ID (KIND) on queue QUEUE"; released
@@ -273,6 +277,10 @@ _SAID = {
         "attempt {attempt} is dropped and the job given back",
     ),
     "cancelled": (logging.INFO, " cancelled during attempt {attempt}"),
+    "unknown": (
+        logging.ERROR,
+        ": {error}; it waits for its reconcile hook or an operator (jobs resolve)",
+    ),
     "discarded": (logging.ERROR, " discarded after attempt {attempt}: {error}"),
     "retried": (logging.WARNING, " failed attempt {attempt}, retrying in {delay:.1f}s: {error}"),
 }

@@ -91,6 +91,8 @@ class Executor:
                 self._own_code.add(call)
         # Handler threads share the board's counters; `+=` on shared memory is not atomic.
         self.counter_lock = threading.Lock()
+        # What completed handlers returned, as JSON text, until the Completer takes it (shared).
+        self.returned: dict[int, str] = {}
 
     def in_handler(self, frame: FrameType | None) -> bool:
         """Whether a signal that interrupted ``frame`` (the main thread's innermost frame)
@@ -100,11 +102,15 @@ class Executor:
         return self.interruptible and frame is not None and frame.f_code not in self._own_code
 
     def timed_out(self, job: Job) -> outcomes.Settlement:
-        """The failure of a job stopped for running past its kind's timeout."""
+        """The failure of a job stopped for running past its kind's timeout; for a kind with
+        effects outside the database, its outcome is unknown instead."""
         policy = self.config.policy(job.kind)
+        reason = f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped"
+        if policy.external:
+            return outcomes.unknown(job, reason)
         return outcomes.failure(
             job,
-            f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped",
+            reason,
             max_attempts=policy.max_attempts,
             backoff_base=policy.backoff_base,
             backoff_cap=policy.backoff_cap,
@@ -142,6 +148,7 @@ class Executor:
             worker=self.worker_id,
             created_at=job.created_at,
             deadline=started + policy.timeout if policy.timeout else None,
+            batch=job.batch,
             _check_lease=lambda: self.lease_check(job),
             _check_cancel=lambda: self.cancel_check(job),
         )
@@ -159,11 +166,14 @@ class Executor:
         context = self.context(job, started) if handler.wants_context else None
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
+        # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
+        self.returned.pop(job.id, None)
+        value: Any = None
         try:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
             try:
-                handler(job.args, context)
+                value = handler(job.args, context)
             except (JobTimeout, JobCancelled, Orphaned):
                 raise
             except BaseException as exc:  # a handler's SystemExit is its failure, not ours
@@ -178,6 +188,8 @@ class Executor:
                 backoff_base=policy.backoff_base,
                 backoff_cap=policy.backoff_cap,
             )
+            if settlement is None and value is not None:
+                settlement = self._keep_result(job, value)
         except JobTimeout:
             self.interruptible = False
             settlement = self.timed_out(job)
@@ -192,3 +204,20 @@ class Executor:
                 self.board.observe_job(time.monotonic() - started)
                 self.board.count(Counter.JOBS_RUN)
         return settlement
+
+    def _keep_result(self, job: Job, value: Any) -> outcomes.Settlement | None:
+        """Encode what the handler returned, to be kept with its completion; a value that is
+        not JSON, or too large, fails the attempt instead of being dropped."""
+        problem = outcomes.result_problem(value, self.config.results.max_size)
+        if isinstance(problem, str):
+            policy = self.config.policy(job.kind)
+            return outcomes.failure(
+                job,
+                f"the handler of job {job.id} ({job.kind}) returned a result that cannot be "
+                f"kept: {problem}",
+                max_attempts=policy.max_attempts,
+                backoff_base=policy.backoff_base,
+                backoff_cap=policy.backoff_cap,
+            )
+        self.returned[job.id] = problem.text
+        return None

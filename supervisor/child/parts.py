@@ -60,6 +60,7 @@ class Parts:
             interruptible_thread=0 if spec.pool.threads == 1 else None,
         )
         self.process.executor = self.executor
+        self.completer.returned = self.executor.returned
 
     def held(self) -> list[int]:
         """The ids of every job this child holds in hand: running, waiting to start, or

@@ -1,4 +1,4 @@
-"""`jobs`: look at jobs in any state, cancel them, run a waiting one now.
+"""`jobs`: look at jobs in any state, cancel them, run a waiting one now, resolve unknown ones.
 
 `jobs list` and `jobs show` read; `jobs cancel` and `jobs retry` write only the jobs named and
 say, id by id, what they did. Ages are measured on the database's clock.
@@ -24,7 +24,7 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
-from supervisor.queue import control
+from supervisor.queue import control, unknown
 from supervisor.shared.exits import MasterExit
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
@@ -56,14 +56,25 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("id", type=positive_int, metavar="ID")
 
+    p = sub.add_parser(
+        "resolve",
+        help="decide what happened to jobs whose outcome is unknown (effects: external)",
+        description="End the 'unknown' state of jobs of a kind with effects outside the "
+        "database: --as completed (the effect happened), retry (it did not: run it again) or "
+        "discarded (a dead letter). Check the outside system first.",
+    )
+    p.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+    p.add_argument("--as", dest="resolution", required=True, choices=unknown.RESOLUTIONS)
 
-@verb("jobs", "jobs in any state: list, show, cancel, retry", jobs_arguments)
+
+@verb("jobs", "jobs in any state: list, show, cancel, retry, resolve", jobs_arguments)
 def jobs_verb(ctx: Context) -> int:
     commands: dict[str, Callable[[Context], int]] = {
         "list": jobs_list,
         "show": jobs_show,
         "cancel": jobs_cancel,
         "retry": jobs_retry,
+        "resolve": jobs_resolve,
     }
     return commands[ctx.args.jobs_command](ctx)
 
@@ -140,10 +151,15 @@ def jobs_show(ctx: Context) -> int:
     with session(ctx, snapshot=True) as conn, conn.transaction():
         now = server_clock(conn)
         job = control.show_job(conn, ctx.args.id)
+        kept = _kept_result(conn, ctx.args.id)
+    if job is None and kept is not None:
+        return _show_completed(ctx, kept)
     if job is None:
         return _fail(f"no job {ctx.args.id}: it completed, was purged, or never existed")
     if ctx.args.json:
-        print(json.dumps(_jsonable(asdict(job)), indent=2, ensure_ascii=False))
+        document = _jsonable(asdict(job))
+        document["result"] = kept
+        print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
     def when(moment: datetime | None) -> str:
@@ -165,6 +181,11 @@ def jobs_show(ctx: Context) -> int:
         f"  last run    {when(job.started_at)}",
         f"  finished    {when(job.finished_at)}",
     ]
+    if job.state == "unknown":
+        lines.append(
+            "  outcome     unknown: its kind has effects outside the database; check there, "
+            f"then `jobs resolve {job.id} --as completed|retry|discarded`"
+        )
     if job.state == "running":
         where = f"worker {safe(job.locked_by)}"
         if job.pool is not None:
@@ -175,7 +196,42 @@ def jobs_show(ctx: Context) -> int:
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
     lines += _earlier_errors(control.errors_of(job.errors))
+    if kept is not None:
+        text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
+        lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]
     print("\n".join(lines))
+    return MasterExit.OK
+
+
+def _kept_result(conn: Any, job_id: int) -> Any:
+    try:
+        return unknown.result(conn, job_id)
+    except LookupError:
+        return None
+
+
+def _show_completed(ctx: Context, kept: Any) -> int:
+    """A completed job left pgq.jobs; what its handler returned is still kept."""
+    if ctx.args.json:
+        document = {"id": ctx.args.id, "state": "completed", "result": kept}
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return MasterExit.OK
+    text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
+    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)\nresult:")
+    print("\n".join(f"  {line}" for line in safe_block(text).splitlines()))
+    return MasterExit.OK
+
+
+def jobs_resolve(ctx: Context) -> int:
+    a = ctx.args
+    with session(ctx) as conn, conn.transaction():
+        done = unknown.resolve(conn, a.ids, a.resolution, history=ctx.config.history.enabled)
+    for job in done:
+        then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
+        print(f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: {then[job.state]}")
+    left = sorted(set(a.ids) - {j.id for j in done})
+    if left:
+        return _fail(f"not unknown, left as they are: {listing(left)}")
     return MasterExit.OK
 
 

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import doctor, jobs, operator, queues, schedules, web  # noqa: F401
+    from supervisor.cli import batches, doctor, jobs, operator, queues, schedules, web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,9 +104,22 @@ def main(argv: list[str] | None = None) -> int:
 
 @verb("check", "validate the config and import every handler; exit 0 or 2")
 def check(ctx: Context) -> int:
-    from supervisor.config.handlers import load_handlers
+    from supervisor.config import ConfigError
+    from supervisor.config.handlers import load_handlers, load_reconcilers
 
-    handlers = load_handlers(ctx.config)
+    # Both imported before either is reported, so one run lists every broken target.
+    problems: list[ConfigError] = []
+    handlers: dict[str, object] = {}
+    try:
+        handlers = dict(load_handlers(ctx.config))
+    except ConfigError as exc:
+        problems.append(exc)
+    try:
+        load_reconcilers(ctx.config)
+    except ConfigError as exc:
+        problems.append(exc)
+    if problems:
+        raise ConfigError([i for p in problems for i in p.issues], ctx.config.path)
     pools = ctx.config.pools
     print(
         f"{ctx.config.path}: OK: {len(pools)} pools, "
@@ -137,11 +150,12 @@ def migrate_verb(ctx: Context) -> int:
 
 @verb("run", "run the supervisor in the foreground (the default verb)")
 def run(ctx: Context) -> int:
-    from supervisor.config.handlers import load_handlers
+    from supervisor.config.handlers import load_handlers, load_reconcilers
     from supervisor.master.loop import Master
     from supervisor.queue.migrations import migrate
 
     handlers = load_handlers(ctx.config)  # before anything connects or forks
+    load_reconcilers(ctx.config)  # the master's reconciler imports them again, from the cache
     metrics = None
     if ctx.config.metrics.port is not None:
         # Bound before anything else starts, so a port in use fails at once, not after the

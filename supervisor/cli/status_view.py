@@ -22,6 +22,7 @@ from supervisor.doctor import Check
 from supervisor.doctor.horizon import read_culprits
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
+from supervisor.queue.unknown import count_unknown
 
 # A queue whose oldest ready job has waited longer than this is flagged: at 3 a.m. that is the
 # first sign that workers are missing, stuck or outnumbered.
@@ -102,10 +103,20 @@ class Status:
     schedules: list[ScheduleRow] = field(default_factory=list)
     # What the doctor's horizon check finds wrong (a snapshot held too long, a slot keeping WAL).
     doctor: list[Check] = field(default_factory=list)
+    # (queue, kind, jobs) of the jobs whose outcome is unknown (effects: external).
+    unknown: list[tuple[str, str, int]] = field(default_factory=list)
+    hooked: frozenset[str] = frozenset()  # kinds with a reconcile hook
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
         found = []
+        for queue_name, kind, count in self.unknown:
+            hook = "its reconcile hook asks again later; " if kind in self.hooked else ""
+            found.append(
+                f"queue {safe(queue_name)}: {_jobs(count)} of kind {safe(kind)} with outcome "
+                f"unknown (effects: external): {hook}decide with `jobs list --state unknown` "
+                "and `jobs resolve ID --as completed|retry|discarded`"
+            )
         for q in self.queues:
             if q.late:
                 found.append(
@@ -172,6 +183,8 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         supervisors=_supervisors(conn),
         schedules=schedules.gather(conn, config, now),
         doctor=read_culprits(conn, config.doctor),
+        unknown=count_unknown(conn),
+        hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile),
     )
 
 
@@ -255,6 +268,7 @@ def to_json(status: Status) -> dict[str, Any]:
             for host, members in _by_host(status.supervisors)
         ],
         "schedules": schedules.to_json(status.schedules),
+        "unknown": [{"queue": q, "kind": k, "jobs": n} for q, k, n in status.unknown],
         "warnings": status.warnings(),
     }
 

@@ -70,6 +70,26 @@ def load_handlers(config: Config) -> dict[str, Handler]:
     return handlers
 
 
+def load_reconcilers(config: Config) -> dict[str, Callable[..., Any]]:
+    """Import every kind's reconcile hook (``jobs.<kind>.reconcile``), like the handlers: a
+    missing module or a typo fails ``check`` and startup with exit code 2."""
+    ensure_cwd_importable()
+    modules: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    hooks: dict[str, Callable[..., Any]] = {}
+    for kind, policy in config.jobs.items():
+        if policy.reconcile is None:
+            continue
+        path = join(join("jobs", kind), "reconcile")
+        try:
+            hooks[kind] = _resolve(policy.reconcile, modules)
+        except _ImportProblem as problem:
+            issues.append(ConfigIssue(path, str(problem), config.lines.get(path)))
+    if issues:
+        raise ConfigError(issues, config.path)
+    return hooks
+
+
 class _ImportProblem(Exception):
     pass
 

@@ -100,6 +100,26 @@ class JobPolicy:
     max_attempts: int | None = None
     backoff_base: float = 2.0
     backoff_cap: float = 3600.0
+    # "external": the handler has effects outside the database (a payment, a mail), so an
+    # attempt that ends without a recorded outcome leaves the job 'unknown' instead of retrying.
+    effects: str = "internal"
+    reconcile: str | None = None  # "module:function" asked what happened to an unknown job
+
+    @property
+    def external(self) -> bool:
+        return self.effects == "external"
+
+
+@dataclass(frozen=True)
+class ResultsConfig:
+    max_size: int = 64 * 1024  # bytes of JSON a handler's return value may take
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    interval: float = 10.0  # how often due unknown jobs are looked for
+    timeout: float = 30.0  # the longest a round of hooks may run before it is killed
+    batch: int = 20  # unknown jobs per round
 
 
 @dataclass(frozen=True)
@@ -206,6 +226,8 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     web: WebConfig = field(default_factory=WebConfig)
     schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
+    results: ResultsConfig = field(default_factory=ResultsConfig)
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.
     host: str | None = None
@@ -216,6 +238,10 @@ class Config:
         """The kind's configured policy, or the defaults."""
         policy = self.jobs.get(kind)
         return policy if policy is not None else JobPolicy(kind)
+
+    def external_kinds(self) -> list[str]:
+        """Kinds declared ``effects: external`` (the requeue and the rescuer need them)."""
+        return sorted(kind for kind, policy in self.jobs.items() if policy.external)
 
     def max_attempts_overrides(self) -> dict[str, int]:
         """Kinds whose policy sets max_attempts (the rescuer applies them to rescued jobs)."""

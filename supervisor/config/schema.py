@@ -40,7 +40,9 @@ from supervisor.config.model import (
     MetricsConfig,
     PoolConfig,
     PurgeConfig,
+    ReconcileConfig,
     RescueConfig,
+    ResultsConfig,
     VacuumConfig,
 )
 from supervisor.config.reader import Bad, Reader
@@ -74,6 +76,8 @@ TOP_KEYS = (
     "web",
     "schedules",
     "host",
+    "results",
+    "reconcile",
 )
 POOL_KEYS = (
     "queues",
@@ -108,6 +112,8 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         log=_log(top.section("log", "format, level")),
         web=web(top.section("web", "allowed_hosts, trusted_proxies, read_only, redact")),
         schedules=schedules(top, kinds),
+        results=_results(top.section("results", "max_size")),
+        reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
         host=_host(reader, top),
         lines=dict(reader.lines),
     )
@@ -258,7 +264,9 @@ def _queues(s: Section) -> dict[str, int]:
 
 
 def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
-    section = top.section("jobs", "per-kind policy: {kind: {timeout, max_attempts, backoff}}")
+    section = top.section(
+        "jobs", "per-kind policy: {kind: {timeout, max_attempts, backoff, effects, reconcile}}"
+    )
     jobs = {}
     for kind, key_node, node in _named_entries(section, "job kind"):
         path = section.key_path(kind)
@@ -268,7 +276,13 @@ def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
 
 
 def _policy(kind: str, s: Section) -> JobPolicy:
-    s.only("timeout", "max_attempts", "backoff")
+    s.only("timeout", "max_attempts", "backoff", "effects", "reconcile")
+    effects = s.get("effects", choice("internal", "external"), "internal")
+    reconcile = s.get("reconcile", optional(_handler_target), None)
+    if reconcile is not None and effects != "external":
+        s.report(
+            "reconcile", "a reconcile hook needs effects: external (only such jobs end unknown)"
+        )
     backoff = s.section("backoff", "base, cap")
     backoff.only("base", "cap")
     base = backoff.get("base", duration(MAX_DURATION), 2.0)
@@ -286,6 +300,22 @@ def _policy(kind: str, s: Section) -> JobPolicy:
         max_attempts=s.get("max_attempts", optional(integer(1, 1000)), None),
         backoff_base=base,
         backoff_cap=cap,
+        effects=effects,
+        reconcile=reconcile,
+    )
+
+
+def _results(s: Section) -> ResultsConfig:
+    s.only("max_size")
+    return ResultsConfig(max_size=s.get("max_size", size(1, 64 * MiB), 64 * 1024))
+
+
+def _reconcile(s: Section) -> ReconcileConfig:
+    s.only("interval", "timeout", "batch")
+    return ReconcileConfig(
+        interval=s.get("interval", duration(MAX_DURATION), 10.0),
+        timeout=s.get("timeout", duration(MAX_TIMEOUT), 30.0),
+        batch=s.get("batch", integer(1, 1000), 20),
     )
 
 

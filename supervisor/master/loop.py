@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from supervisor.config.handlers import load_reconcilers
 from supervisor.master.children import Child, host_identity
 from supervisor.master.listener import Listener
 from supervisor.master.pools import PoolRuntime
@@ -37,6 +38,7 @@ from supervisor.services.leases import LeaseRenewal
 from supervisor.services.memory_watch import MemoryWatch
 from supervisor.services.pending import Readable
 from supervisor.services.purge import Purger
+from supervisor.services.reconciler import Reconciler
 from supervisor.services.requeue import Requeuer
 from supervisor.services.rescuer import Rescuer
 from supervisor.services.scheduler import Scheduler
@@ -113,6 +115,7 @@ class Master(Slots, Reaping, Stopping):
         interval = config.rescue.interval
         self.rescuer = Rescuer(self, interval, first_in=min(5.0, interval))
         self.vacuum = QueueVacuum(self, self.selector)
+        self.reconciler = Reconciler(self, load_reconcilers(config))
         self.stager = Stager(self)
         self.services: list[Service] = []
         self.metrics_services: list[Service] = []
@@ -228,7 +231,11 @@ class Master(Slots, Reaping, Stopping):
             self.requeuer,
             self.stager,
             Scheduler(self),
+            self.reconciler,
         ]
+        # Imported and checked already (startup, or the reload that brought this config).
+        self.reconciler.hooks = load_reconcilers(config)
+        self.reconciler.interval = config.reconcile.interval
         self.vacuum.configure(config.vacuum)
         if config.vacuum.enabled:
             self.services.append(self.vacuum)

@@ -43,12 +43,13 @@ class Stopping:
 
     def reload(self) -> None:
         from supervisor.config import ConfigError, load_config
-        from supervisor.config.handlers import load_handlers
+        from supervisor.config.handlers import load_handlers, load_reconcilers
 
         log.info("SIGHUP: reloading %s", self.config.path)
         try:
             new = load_config(self.config.path)
             handlers = load_handlers(new)
+            load_reconcilers(new)
         except ConfigError as exc:
             log.error("reload rejected, keeping the running configuration: %s", exc)
             return

@@ -29,7 +29,7 @@ OUTCOMES = {
     Counter.LOST: "lost_lease",
     Counter.CANCELLED: "cancelled",
 }
-QUEUE_STATES = ("available", "scheduled", "running", "discarded", "cancelled")
+QUEUE_STATES = ("available", "scheduled", "running", "discarded", "cancelled", "unknown")
 
 
 @dataclass

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 # How long a lease check is trusted before asking the database again.
 LEASE_CHECK_TTL = 1.0
@@ -33,6 +34,9 @@ class JobContext:
     created_at: datetime
     # Monotonic-clock deadline from the kind's timeout; None when the kind has no timeout.
     deadline: float | None = None
+    # A batch's `then` job sees how its batch ended: {"id", "total", "completed", "discarded",
+    # "cancelled"}; None for every other job.
+    batch: dict[str, Any] | None = None
     # Each check answers True or False, or None when it could not be made (the database was
     # away, the child's main thread too busy to ask): the last known answer then stands.
     _check_lease: Callable[[], bool | None] | None = field(default=None, repr=False)

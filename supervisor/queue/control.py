@@ -23,7 +23,7 @@ import psycopg
 from supervisor.queue.queries import query
 
 # Every state a job row can hold; 'scheduled' has rows once the scheduling migration is in.
-STATES = ("available", "scheduled", "running", "discarded", "cancelled")
+STATES = ("available", "scheduled", "running", "discarded", "cancelled", "unknown")
 WAITING_STATES = ("available", "scheduled")
 
 

@@ -22,6 +22,10 @@ class Job(NamedTuple):
     lease_id: int
     lease_until: datetime
     created_at: datetime
+    # The `then` job of a batch: {"id", "total", "completed", "discarded", "cancelled"}.
+    batch: dict[str, Any] | None = None
+    # What the handler returned, as JSON text, once it completed (None: nothing to keep).
+    result: str | None = None
 
     @property
     def sort_key(self) -> tuple[int, datetime, int]:

@@ -69,6 +69,14 @@ def bigint_array(values: Iterable[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def results_param(done: Sequence[Job]) -> str:
+    """The finished jobs' return values as the claim's JSON array of [id, value] pairs. Built
+    as text from values already encoded when the handler returned, so a batch without results
+    costs a constant '[]'."""
+    kept = [f"[{j.id},{j.result}]" for j in done if j.result is not None]
+    return "[" + ",".join(kept) + "]" if kept else "[]"
+
+
 def claim_params(
     queue: str,
     *,
@@ -82,6 +90,7 @@ def claim_params(
     return {
         "done_ids": bigint_array(j.id for j in done),
         "done_lease_ids": bigint_array(j.lease_id for j in done),
+        "results": results_param(done),
         "history": history,
         "queue": queue,
         "limit": limit,

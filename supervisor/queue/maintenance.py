@@ -46,7 +46,9 @@ def requeue_worker(
     *,
     spent: Sequence[int] | None = None,
     keep: Sequence[int] = (),
+    started: Sequence[int] = (),
     max_attempts: Mapping[str, int] | None = None,
+    external_kinds: Sequence[str] = (),
     history: bool = False,
 ) -> list[Moved]:
     """Give back every job held by ``worker`` except those in ``keep``: the worker is gone,
@@ -54,14 +56,18 @@ def requeue_worker(
 
     Jobs in ``spent`` were running when it died and keep their attempt spent (one of them may be
     what killed it); ``None`` means every job counts, when nobody knows which were running.
-    The others were only claimed and get their attempt back.
+    The others were only claimed and get their attempt back. Jobs in ``started`` ran without
+    spending (interrupted, or finished with the outcome unwritten). Of the jobs that ran, those
+    of ``external_kinds`` (or of kinds any live supervisor declares external) end 'unknown'.
     """
     params = {
         "worker": worker,
         "reason": reason,
         "history": history,
         "spent": list(spent) if spent is not None else None,
+        "started": list(started),
         "keep": list(keep),
+        "external_kinds": list(external_kinds),
         **_policy_params(max_attempts),
     }
     rows = conn.execute(query("requeue_worker"), params).fetchall()
@@ -73,12 +79,18 @@ def rescue_batch(
     *,
     limit: int = RESCUE_BATCH,
     max_attempts: Mapping[str, int] | None = None,
+    external_kinds: Sequence[str] = (),
     history: bool = False,
 ) -> list[Moved]:
     """Return up to ``limit`` jobs whose lease expired to available (or discarded)."""
     rows = conn.execute(
         query("rescue"),
-        {"limit": limit, "history": history, **_policy_params(max_attempts)},
+        {
+            "limit": limit,
+            "history": history,
+            "external_kinds": list(external_kinds),
+            **_policy_params(max_attempts),
+        },
     ).fetchall()
     return [Moved(*row) for row in rows]
 
@@ -143,6 +155,7 @@ def rescue(
     *,
     batch: int = RESCUE_BATCH,
     max_attempts: Mapping[str, int] | None = None,
+    external_kinds: Sequence[str] = (),
     history: bool = False,
 ) -> list[Moved] | None:
     """Rescue every expired lease in bounded batches, each its own transaction under the
@@ -155,7 +168,13 @@ def rescue(
         with conn.transaction():
             if not _try_xact_lock(conn, locks.RESCUE):
                 return None if first else moved  # another rescuer took over between batches
-            chunk = rescue_batch(conn, limit=batch, max_attempts=max_attempts, history=history)
+            chunk = rescue_batch(
+                conn,
+                limit=batch,
+                max_attempts=max_attempts,
+                external_kinds=external_kinds,
+                history=history,
+            )
         first = False
         moved.extend(chunk)
         if len(chunk) < batch:
@@ -178,6 +197,7 @@ def rescue_slice(
     *,
     limit: int = RESCUE_BATCH,
     max_attempts: Mapping[str, int] | None = None,
+    external_kinds: Sequence[str] = (),
     history: bool = False,
 ) -> RescueSlice:
     """One batch of the rescuer run that ``run_by`` claimed at ``started_at`` (``claim_turn``
@@ -188,7 +208,13 @@ def rescue_slice(
             conn, "rescue", run_by, started_at
         ):
             return RescueSlice([], current=False)
-        moved = rescue_batch(conn, limit=limit, max_attempts=max_attempts, history=history)
+        moved = rescue_batch(
+            conn,
+            limit=limit,
+            max_attempts=max_attempts,
+            external_kinds=external_kinds,
+            history=history,
+        )
     return RescueSlice(moved, current=True)
 
 
@@ -231,6 +257,22 @@ def purge_discarded(
 def ensure_history_partitions(conn: psycopg.Connection[Any], days_ahead: int = 2) -> int:
     row = conn.execute(query("history_partitions"), {"days_ahead": days_ahead}).fetchone()
     return int(row[0]) if row else 0
+
+
+def purge_results_slice(
+    conn: psycopg.Connection[Any], older_than: datetime, *, limit: int = PURGE_BATCH
+) -> int:
+    """Delete up to ``limit`` kept results (pgq.job_results) older than ``older_than``."""
+    params = {"older_than": older_than, "limit": limit}
+    return conn.execute(query("purge_results"), params).rowcount
+
+
+def purge_batches_slice(
+    conn: psycopg.Connection[Any], older_than: datetime, *, limit: int = PURGE_BATCH
+) -> int:
+    """Delete up to ``limit`` batches that finished before ``older_than`` (with counters)."""
+    params = {"older_than": older_than, "limit": limit}
+    return conn.execute(query("purge_batches"), params).rowcount
 
 
 def drop_history_partition(conn: psycopg.Connection[Any], older_than: datetime) -> int:
@@ -354,6 +396,7 @@ class QueueStats:
     oldest_ready_age: float
     cancelled: int = 0
     paused: bool = False
+    unknown: int = 0  # outcome unknown (effects: external), waiting for a hook or an operator
 
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
@@ -364,8 +407,10 @@ def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
 def queue_stats_from_rows(rows: Sequence[Sequence[Any]]) -> list[QueueStats]:
     """The rows of the queue_stats query, typed or as text (read without waiting for them)."""
     return [
-        QueueStats(str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused))
-        for q, a, s, r, d, c, age, paused in rows
+        QueueStats(
+            str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused), int(u)
+        )
+        for q, a, s, r, d, c, age, paused, u in rows
     ]
 
 

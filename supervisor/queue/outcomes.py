@@ -7,11 +7,14 @@ and jitter until the job runs out of attempts and is discarded (the dead-letter 
 
 from __future__ import annotations
 
+import json
 import random
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from supervisor.queue.enqueue import _JSON_NUL  # the one test for a NUL in JSON text
 from supervisor.queue.job import Job
 
 MAX_ERROR_CHARS = 8000
@@ -77,7 +80,8 @@ class Settlement:
     """A fenced write that ends a claim other than by success (see the settle query)."""
 
     job: Job
-    state: str  # 'available' (or 'scheduled' when delayed), 'discarded' or 'cancelled'
+    # 'available' (or 'scheduled' when delayed), 'discarded', 'cancelled' or 'unknown'
+    state: str
     delay: float | None  # None keeps run_at
     refund: int  # 1 gives the attempt back
     error: str | None  # None keeps the previous last_error
@@ -94,7 +98,7 @@ class Settlement:
     def label(self) -> str:
         if self.lease_lost:
             return "lost"
-        if self.state in ("discarded", "cancelled"):
+        if self.state in ("discarded", "cancelled", "unknown"):
             return self.state
         if self.refund:
             return "released" if self.delay is None else "snoozed"
@@ -120,6 +124,16 @@ def snooze(job: Job, delay: float | timedelta) -> Settlement:
 
 def discard(job: Job, reason: str) -> Settlement:
     return Settlement(job, "discarded", None, 0, clip_error(reason))
+
+
+UNKNOWN_PREFIX = "outcome unknown (effects: external): "
+
+
+def unknown(job: Job, reason: str) -> Settlement:
+    """An attempt of a kind with effects outside the database that ended without an outcome
+    (it timed out): the job waits in 'unknown' for its reconcile hook or an operator, its
+    attempt spent, due for the hook at once."""
+    return Settlement(job, "unknown", 0.0, 0, clip_error(UNKNOWN_PREFIX + reason))
 
 
 def cancelled(job: Job, reason: str, *, started: bool = True) -> Settlement:
@@ -217,3 +231,28 @@ def of_attempt(
     return settlement_for(
         job, exc, max_attempts=max_attempts, backoff_base=backoff_base, backoff_cap=backoff_cap
     )
+
+
+DEFAULT_RESULT_LIMIT = 64 * 1024  # results.max_size's default
+
+
+@dataclass(frozen=True)
+class Encoded:
+    text: str
+
+
+def result_problem(value: Any, limit: int) -> Encoded | str:
+    """A handler's return value as JSON text, or what keeps it from being kept."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"it is not JSON-serialisable ({type(exc).__name__}: {exc}); return plain JSON"
+    if _JSON_NUL.search(text):
+        return "it contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store"
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        return (
+            f"it takes {size} bytes as JSON, over the limit of {limit} (results.max_size); "
+            "keep large outputs elsewhere and return a reference"
+        )
+    return Encoded(text)

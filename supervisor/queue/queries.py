@@ -47,9 +47,20 @@ def parse(text: str) -> dict[str, str]:
     return queries
 
 
+# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23).
+_FILES = ("queries.sql", "outcomes.sql")
+
+
 @cache
 def all_queries() -> dict[str, str]:
-    return parse(sql_text("queries.sql"))
+    merged: dict[str, str] = {}
+    for name in _FILES:
+        found = parse(sql_text(name))
+        twice = sorted(set(found) & set(merged))
+        if twice:
+            raise ValueError(f"sql/{name}: queries {twice} are defined in another file too")
+        merged.update(found)
+    return merged
 
 
 def query(name: str) -> str:

@@ -22,7 +22,12 @@ class Heartbeat(Service):
         pruned = host.db.run(
             "registry heartbeat",
             lambda conn: registry.heartbeat(
-                conn, host.supervisor_id, host.host_name, host.config.path, rows
+                conn,
+                host.supervisor_id,
+                host.host_name,
+                host.config.path,
+                rows,
+                host.config.external_kinds(),
             ),
         )
         for sid, other_host, pid in pruned or []:

@@ -50,7 +50,12 @@ class PurgeRun:
         self.dropped = 0
         self.drop_tries = 0
         self.started = time.monotonic()
-        self.stages: list[Callable[[], float | None]] = [self._dead_letters, self._runs_log]
+        self.stages: list[Callable[[], float | None]] = [
+            self._dead_letters,
+            self._results,
+            self._batches,
+            self._runs_log,
+        ]
         if config.history.enabled:
             self.stages += [self._partitions_ahead, self._old_partitions, self._history_default]
 
@@ -74,6 +79,24 @@ class PurgeRun:
                 conn, self.dead_before, limit=limit
             ),
             counted=True,
+        )
+
+    def _results(self) -> float | None:
+        # Kept results (pgq.job_results) go after history.keep, history or not.
+        return self._sliced(
+            "purge of kept results",
+            lambda conn, limit: maintenance.purge_results_slice(
+                conn, self.history_before, limit=limit
+            ),
+        )
+
+    def _batches(self) -> float | None:
+        # Finished batches (their counters go with them) after purge.discarded_after.
+        return self._sliced(
+            "purge of finished batches",
+            lambda conn, limit: maintenance.purge_batches_slice(
+                conn, self.dead_before, limit=limit
+            ),
         )
 
     def _runs_log(self) -> float | None:

@@ -42,13 +42,21 @@ def heartbeat(
     host: str,
     config_path: str,
     workers: list[WorkerRow],
+    external_kinds: list[str] | None = None,
 ) -> list[tuple[str, str, int]]:
     """Refresh this supervisor's row and its children's; prune dead supervisors.
     Returns the (id, host, pid) of the supervisors pruned."""
     with conn.transaction():
         conn.execute(
             query("heartbeat_supervisor"),
-            {"id": supervisor_id, "host": host, "pid": os.getpid(), "config": config_path},
+            {
+                "id": supervisor_id,
+                "host": host,
+                "pid": os.getpid(),
+                "config": config_path,
+                # The kinds this YAML declares `effects: external`: every rescuer honours them.
+                "external_kinds": external_kinds or None,
+            },
         )
         conn.execute(query("clear_workers"), {"id": supervisor_id})
         if workers:

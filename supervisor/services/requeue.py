@@ -60,7 +60,9 @@ class Requeuer(Service):
                 item.worker_id,
                 item.reason,
                 spent=item.spent,
+                started=[*item.interrupted, *item.unrecorded],
                 max_attempts=config.max_attempts_overrides(),
+                external_kinds=config.external_kinds(),
                 history=config.history.enabled,
             ),
         )

@@ -69,6 +69,7 @@ class RescueRun:
             self.started_at,
             limit=limit,
             max_attempts=config.max_attempts_overrides(),
+            external_kinds=config.external_kinds(),
             history=config.history.enabled,
         )
 

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from supervisor.cli.session import server_clock
 from supervisor.cli.tables import age, clock_time, listing
-from supervisor.queue import control, maintenance
+from supervisor.queue import control, maintenance, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
 
 T = TypeVar("T")
@@ -138,6 +138,15 @@ class Actions:
                 f"job {job_id} was not cancelled: it had already ended {done.finished[job_id]}"
             )
         return Done(f"job {job_id} was not cancelled: there is no such job (completed or purged)")
+
+    async def resolve(self, job_id: int, resolution: str) -> Done:
+        done = await self._run(
+            lambda conn: unknown.resolve(conn, [job_id], resolution, history=self._history)
+        )
+        if not done:
+            return Done(f"job {job_id} was not resolved: its outcome is no longer unknown")
+        said = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
+        return Done(f"job {job_id} resolved: {said[done[0].state]}", (job_id,))
 
     async def retry_now(self, job_id: int) -> Done:
         done = await self._run(lambda conn: control.retry_now(conn, job_id))

@@ -150,6 +150,27 @@ def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> 
             danger=True,
         )
 
+    def resolve_job(values: Mapping[str, Any]) -> Plan:
+        job_id = int(values["job_id"])
+        resolution = str(values.get("as", ""))
+        meaning = {
+            "completed": "its effect happened: record it completed, never run it again",
+            "retry": "its effect did not happen: run it again now",
+            "discarded": "give up on it: make it a dead letter",
+        }
+        if resolution not in meaning:
+            raise HTTPException(400, "as must be completed, retry or discarded")
+        return Plan(
+            title=f"Resolve job {job_id} as {resolution}",
+            question=f"Job {job_id}'s outcome is unknown (effects: external). Check the outside "
+            f"system first. Resolve it as {resolution} ({meaning[resolution]})?",
+            button=f"Resolve as {resolution}",
+            back=f"/jobs/{job_id}",
+            fields={"as": resolution},
+            run=lambda: site.actions.resolve(job_id, resolution),
+            danger=resolution != "retry",
+        )
+
     def run_now(values: Mapping[str, Any]) -> Plan:
         job_id = int(values["job_id"])
         return Plan(
@@ -207,6 +228,7 @@ def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> 
     return [
         Route("/jobs/{job_id:int}/cancel", action(site, "cancel job", cancel_job), methods=both),
         Route("/jobs/{job_id:int}/run-now", action(site, "run job now", run_now), methods=both),
+        Route("/jobs/{job_id:int}/resolve", action(site, "resolve job", resolve_job), methods=both),
         Route("/queues/{rest:path}", queue_paths, methods=both),
         Route("/jobs/{job_id:int}/replay", action(site, "replay job", replay_job), methods=both),
         Route("/dead/replay", action(site, "replay dead letters", replay_many), methods=both),

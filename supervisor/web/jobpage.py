@@ -39,10 +39,19 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """What the handler returned (pgq.job_results)."""
+
+    value: Any
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
 class JobView:
     now: datetime
     job: JobDetail | None  # None: not in pgq.jobs (completed, or purged)
     history: list[Finished]  # newest first
+    result: Kept | None = None
 
     @property
     def errors(self) -> Errors:
@@ -70,5 +79,7 @@ async def read(
             "limit": HISTORY_ROWS,
         }
         rows = await fetch(conn, dashboard_query("web_job_history"), params)
+        kept = await fetch(conn, query("job_result"), {"id": job_id})
     history = [Finished(**{**r, "errors": errors_of(r["errors"])}) for r in rows]
-    return JobView(now, job, history)
+    result = Kept(kept[0]["result"], kept[0]["finished_at"]) if kept else None
+    return JobView(now, job, history, result)

@@ -70,7 +70,16 @@ def routes(site: Site) -> list[Route]:
         if view.history:
             # Completed (or purged after it died): the history is all that remains of it.
             return site.render(request, "job_done.html", job_id=job_id, view=view, now=view.now)
-        return site.render(request, "missing.html", status_code=404, job_id=job_id, now=view.now)
+        # Completed without history kept: its result, when it returned one, is what remains.
+        found = view.result is not None
+        return site.render(
+            request,
+            "missing.html",
+            status_code=200 if found else 404,
+            job_id=job_id,
+            now=view.now,
+            view=view,
+        )
 
     async def dead(request: Request) -> Response:
         which = reads.DeadLetterFilter(

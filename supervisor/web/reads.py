@@ -24,8 +24,10 @@ from supervisor.cli import schedules
 from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
 from supervisor.config import Config, PoolConfig
+from supervisor.queue.batches import BatchStatus
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scheduled import ScheduleRecord
+from supervisor.queue.unknown import UnknownJob
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
 
 # Counting stops here, so a page's cost stays flat whatever the table holds; past it the
@@ -37,6 +39,9 @@ MAX_QUEUES = 500
 # filter that matches little cannot turn into a scan of the whole backlog.
 SCAN = 10_000
 PAGE_SIZE = 50
+# Unknown jobs and batches listed on the overview (each a link to its page).
+UNKNOWN_ROWS = 20
+BATCH_ROWS = 10
 
 
 @cache
@@ -108,6 +113,8 @@ class Overview:
     schedules: list[ScheduleRow]
     attention: list[str]
     history: bool
+    unknown: list[UnknownJob] = field(default_factory=list)
+    batches: list[BatchStatus] = field(default_factory=list)
 
 
 async def overview(
@@ -152,6 +159,18 @@ async def overview(
             r["name"]: ScheduleRecord(r["name"], r["last_tick"], r["last_job_id"])
             for r in await fetch(conn, query("list_schedules"))
         }
+        unknown_counts = [
+            (r["queue"], r["kind"], int(r["count"]))
+            for r in await fetch(conn, query("count_unknown"))
+        ]
+        unknown = [
+            UnknownJob(**r)
+            for r in await fetch(conn, query("list_unknown"), {"limit": UNKNOWN_ROWS})
+        ]
+        batches = [
+            BatchStatus(**r)
+            for r in await fetch(conn, query("recent_batches"), {"limit": BATCH_ROWS})
+        ]
     queues = [figures[name] for name in sorted(figures)]
     status = Status(
         generated_at=now,
@@ -162,6 +181,10 @@ async def overview(
         pools=list(config.pools.values()) if config else [],
         supervisors=supervisors,
         schedules=schedules.rows(config, records, now) if config else [],
+        unknown=unknown_counts,
+        hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile)
+        if config
+        else frozenset(),
     )
     attention = status.warnings()
     if config is None:
@@ -175,6 +198,8 @@ async def overview(
         schedules=status.schedules,
         attention=attention,
         history=status.history,
+        unknown=unknown,
+        batches=batches,
     )
 
 

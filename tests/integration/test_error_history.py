@@ -142,7 +142,8 @@ def test_history_is_found_by_id_on_partitions_made_before_and_after_the_migratio
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         ensure_history_partitions(conn, days_ahead=1)
         monkeypatch.setattr(migrations, "available", lambda: every)
-        assert [m.version for m in migrations.migrate(conn)] == [9]
+        applied = [m.version for m in migrations.migrate(conn)]
+        assert applied == [m.version for m in every if m.version >= 9]
         # Days the supervisor adds later: their partitions get the index when attached.
         conn.execute("SELECT pgq.ensure_history_partitions(now() + interval '1 day', 3)")
         unindexed = conn.execute(

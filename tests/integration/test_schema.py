@@ -54,6 +54,8 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "finished_at": ("timestamp with time zone", False),
         "cancel_requested_at": ("timestamp with time zone", False),
         "errors": ("jsonb", False),
+        "batch_id": ("bigint", False),
+        "batch": ("jsonb", False),
     }
 
 

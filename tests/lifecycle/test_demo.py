@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,13 @@ def test_the_demo_runs_every_job_writes_the_pdfs_and_leaves_nothing_running(
     }
     # The receiver acted on every webhook once.
     assert summary["summary"]["unique_deliveries"] == 8
+    # The invoices were one batch: its then job zipped the 12 PDFs and mailed the archive once.
+    archive = summary["summary"]["archive"]
+    assert archive["files"] == 12
+    assert archive["batch"]["total"] == 12 and archive["batch"]["completed"] == 12
+    with zipfile.ZipFile(ROOT / archive["archive"]) as zf:
+        assert sorted(zf.namelist()) == [p.name for p in pdfs]
+    assert f"zipped 12 PDFs into {archive['archive']}" in output
     # Every sixth account of twelve can never sync: at least one dead letter, all syncs.
     dead = summary["summary"]["dead_letters"]
     assert queues["sync"]["dead"] >= 1

@@ -179,12 +179,14 @@ def test_the_example_config_parses_without_importing_handlers() -> None:
         "render_pdf": "examples.pdf:render_invoice",
         "deliver_webhook": "examples.webhooks:deliver_webhook",
         "sync_account": "examples.flaky:sync_account",
+        "mail_archive": "examples.archive:mail_archive",
     }
+    assert config.external_kinds() == ["mail_archive"]
     pdf, webhooks = config.pools["pdf"], config.pools["webhooks"]
     assert (pdf.processes, pdf.queues, pdf.batch) == (2, {"pdf": 3, "reports": 1}, 4)
     assert (pdf.memory_limit, pdf.max_jobs) == (512 * MiB, 1000)
     assert (webhooks.processes, webhooks.threads) == (1, 8)
-    assert webhooks.queues == {"webhooks": 1, "sync": 1}
+    assert webhooks.queues == {"webhooks": 1, "sync": 1, "mail": 1}
     assert set(config.jobs) == set(config.handlers)
     assert config.shutdown_timeout == 30.0
     assert config.history.enabled is True

@@ -1,0 +1,3 @@
+-- Validates the state constraint 0015 added NOT VALID. In a transaction of its own, so the scan
+-- of pgq.jobs holds only SHARE UPDATE EXCLUSIVE: claims, completions and enqueues go on.
+ALTER TABLE pgq.jobs VALIDATE CONSTRAINT jobs_state_check;
