@@ -12,10 +12,7 @@ ALTER TABLE pgq.jobs ADD CONSTRAINT jobs_state_check
     CHECK (state IN ('available', 'running', 'discarded', 'scheduled', 'cancelled', 'unknown'))
     NOT VALID;
 
--- The reconciler's work list: unknown jobs by when their hook is next due (run_at; a hook that
--- failed pushes it back). Almost always empty, and only unknown rows are indexed.
-CREATE INDEX jobs_unknown ON pgq.jobs (run_at)
-    WHERE state = 'unknown';
+-- The reconciler's index on unknown jobs is built concurrently, by 0026.
 
 -- Which kinds each live supervisor's YAML declares `effects: external`, written with its
 -- heartbeat. The rescuer acts on other hosts' jobs, so the rule it applies is the union of every
