@@ -27,7 +27,13 @@ from supervisor.cli.session import (
 from supervisor.cli.tables import age, clock_time, safe, width
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.queue.dsn import describe
-from supervisor.queue.enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueError, enqueue
+from supervisor.queue.enqueue import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    EnqueueError,
+    check_name,
+    enqueue,
+)
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
 
@@ -110,6 +116,10 @@ def enqueue_verb(ctx: Context) -> int:
     a = ctx.args
     args = parse_json_object(a.args_json)
     if a.kind not in ctx.config.handlers and not a.any_kind:
+        try:  # a kind no handler could ever have is refused for what it is first
+            check_name("kind", a.kind)
+        except EnqueueError as exc:
+            raise UsageError(str(exc)) from None
         raise UsageError(unknown_kind(ctx, a.kind))
     policy = ctx.config.jobs.get(a.kind)
     max_attempts = a.max_attempts
@@ -156,7 +166,7 @@ def unknown_kind(ctx: Context, kind: str) -> str:
     hint = f"did you mean {close[0]!r}? " if close else ""
     served = f" (kinds: {', '.join(safe(k) for k in kinds)})" if kinds and not close else ""
     return (
-        f"no handler for kind {safe(kind)!r} in {ctx.config.path}{served}; {hint}"
+        f"no handler for kind '{safe(kind)}' in {ctx.config.path}{served}; {hint}"
         "nothing enqueued (--any-kind enqueues it for a supervisor with another config)"
     )
 

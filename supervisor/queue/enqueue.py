@@ -75,7 +75,7 @@ class _Row:
     unique_key: str | None
 
 
-def _check_name(what: str, value: object, *, printable: bool = True) -> str:
+def check_name(what: str, value: object, *, printable: bool = True) -> str:
     if not isinstance(value, str):
         raise EnqueueError(f"{what} must be a string, not {type(value).__name__}")
     if not value.strip():
@@ -164,8 +164,8 @@ def _seconds(what: str, value: float | timedelta | None) -> float:
 
 
 def _validate(job: NewJob) -> _Row:
-    kind = _check_name("kind", job.kind)
-    queue = _check_name(f"job {kind!r}: queue", job.queue)
+    kind = check_name("kind", job.kind)
+    queue = check_name(f"job {kind!r}: queue", job.queue)
     priority = _int(f"job {kind!r}: priority", job.priority)
     low, high = PRIORITY_RANGE
     if not low <= priority <= high:
@@ -191,7 +191,7 @@ def _validate(job: NewJob) -> _Row:
     if unique_key is not None:
         # Keys are the application's own identifiers, never logged as names: only NUL and
         # lone surrogates (which cannot be stored) are refused.
-        unique_key = _check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
+        unique_key = check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
     return _Row(
         queue=queue,
         kind=kind,
