@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(the same as database.embedded: true)",
     )
     parser.add_argument("--log-format", choices=("text", "json"), help="override log.format")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="override log.level"
+    )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     _load_verbs()
     for name, (_, arguments, help_text) in VERBS.items():
@@ -264,7 +266,11 @@ def migrate_verb(ctx: Context) -> int:
     return MasterExit.OK
 
 
-@verb("run", "run the supervisor in the foreground (the default verb)")
+@verb(
+    "run",
+    "run the supervisor in the foreground (the default verb); exit 0 on a clean stop, 1 on an "
+    "error, 2 on a bad config (before anything forks), 3 when a pool's children cannot boot",
+)
 def run(ctx: Context) -> int:
     from supervisor.config.handlers import load_handlers, load_reconcilers
     from supervisor.master.loop import Master

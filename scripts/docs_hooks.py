@@ -1,0 +1,137 @@
+"""MkDocs hooks (mkdocs.yml `hooks:`): the reference pages generated at build time.
+
+docs/reference/configuration.md comes from the config schema (supervisor.config.describe),
+docs/reference/cli.md from the command line's own parser, and /pgq-supervisor.schema.json is the
+JSON Schema shipped in the package, so none of them can fall behind the code: a key, a verb or an
+option added there is on the site at the next build. tests/unit/test_docs_reference.py renders
+them too, without MkDocs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GENERAL_EXITS = [
+    ("0", "success (`run`: a clean stop)"),
+    ("1", "anything else: a database error, a job named that is missing or left as it was"),
+    ("2", "bad configuration or usage, found before anything connects, writes or forks"),
+    ("3", "`run`: a pool's children cannot boot (every slot failed 5 times in a row)"),
+]
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction[Any]]:
+    return [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        if action.dest in ("config", "dsn") and action.default is argparse.SUPPRESS:
+            continue  # the shared -c/--dsn, listed once under the global options
+        if action.option_strings:
+            name = ", ".join(f"`{o}`" for o in action.option_strings)
+            if action.nargs != 0 and action.metavar:
+                name += f" `{action.metavar}`"
+            elif action.nargs != 0 and action.choices:
+                name += " `{" + ",".join(map(str, action.choices)) + "}`"
+        else:
+            name = f"`{action.metavar or action.dest}`"
+        text = (action.help or "").replace("|", "/").replace("\n", " ")
+        if action.required and action.option_strings:
+            text = f"required; {text}"
+        rows.append(f"| {name} | {text} |")
+    if not rows:
+        return []
+    return ["| argument | meaning |", "|---|---|", *rows, ""]
+
+
+def _usage(parser: argparse.ArgumentParser) -> list[str]:
+    usage = parser.format_usage().replace("usage: ", "", 1).rstrip()
+    return ["```", usage, "```", ""]
+
+
+def cli_markdown() -> str:
+    """docs/reference/cli.md: every verb, its usage, its arguments and its exit codes."""
+    import os
+
+    from supervisor.cli.main import build_parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps usage to the terminal: the same everywhere
+    parser = build_parser()
+    lines = [
+        "# Command line reference",
+        "",
+        "<!-- Generated from the parser (supervisor/cli) when the docs are built. -->",
+        "",
+        "`pgq-supervisor -c FILE VERB ...`: `-c FILE` (and `--dsn`) may come before or after the",
+        "verb. Without a verb, `run`. Every verb that prints a result takes `--json` (one JSON",
+        "document on stdout); a verb without it says so, with its usage, and exits 2.",
+        "",
+        "## Global options",
+        "",
+        *_usage(parser),
+        *_options(parser),
+        "## Exit codes",
+        "",
+        "| code | meaning |",
+        "|---|---|",
+        *(f"| {code} | {meaning} |" for code, meaning in GENERAL_EXITS),
+        "",
+        "Each verb's own codes are in its description below. A reader that leaves early",
+        "(`jobs list --json | head`) ends the command quietly, exit 1.",
+        "",
+    ]
+    (verbs,) = _subparsers(parser)
+    for name, verb in verbs.choices.items():
+        about = (verb.description or "").strip()
+        lines += [f"## `{name}`", "", about[:1].upper() + about[1:] + ".", ""]
+        subs = _subparsers(verb)
+        if not subs:
+            lines += _usage(verb) + _options(verb)
+            continue
+        helps = {a.dest: a.help for a in subs[0]._choices_actions}
+        for sub_name, sub in subs[0].choices.items():
+            lines += [f"### `{name} {sub_name}`", ""]
+            about = sub.description or helps.get(sub_name)
+            if about:
+                about = about.strip().rstrip(".")
+                lines += [about[:1].upper() + about[1:] + ".", ""]
+            lines += _usage(sub) + _options(sub)
+    return "\n".join(lines) + "\n"
+
+
+def configuration_markdown() -> str:
+    from supervisor.config.describe import reference_markdown
+
+    return reference_markdown()
+
+
+def schema_json() -> str:
+    from supervisor.config.describe import json_schema
+
+    return json.dumps(json_schema(), indent=2) + "\n"
+
+
+GENERATED = {
+    "reference/configuration.md": configuration_markdown,
+    "reference/cli.md": cli_markdown,
+    "pgq-supervisor.schema.json": schema_json,
+}
+
+
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    for uri, render in GENERATED.items():
+        files.append(File.generated(config, uri, content=render()))
+    return files
