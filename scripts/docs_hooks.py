@@ -1,7 +1,8 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the reference pages generated at build time.
 
 docs/reference/configuration.md comes from the config schema (supervisor.config.describe),
-docs/reference/cli.md from the command line's own parser, and /pgq-supervisor.schema.json is the
+docs/reference/cli.md from the command line's own parser, docs/reference/python-api.md from
+the public names' signatures and docstrings, and /pgq-supervisor.schema.json is the
 JSON Schema shipped in the package, so none of them can fall behind the code: a key, a verb or an
 option added there is on the site at the next build. tests/unit/test_docs_reference.py renders
 them too, without MkDocs.
@@ -110,6 +111,97 @@ def cli_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _documented(owner: str, name: str, obj: Any) -> list[str]:
+    import inspect
+
+    title = f"### `{owner}.{name}`" if owner != "supervisor" else f"### `{name}`"
+    lines = [title, ""]
+    try:
+        signature = str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        signature = ""
+    kind = "class " if inspect.isclass(obj) else ""
+    if inspect.isclass(obj) and issubclass(obj, BaseException):
+        kind = "exception "
+    lines += ["```python", f"{kind}{name}{signature}", "```", ""]
+    doc = inspect.getdoc(obj) or ""
+    if doc and not (inspect.isclass(obj) and doc == inspect.getdoc(obj.__mro__[1])):
+        lines += [doc.replace("<", "&lt;"), ""]
+    return lines
+
+
+API_GROUPS = [
+    (
+        "Enqueue",
+        [
+            "enqueue",
+            "enqueue_many",
+            "enqueue_async",
+            "enqueue_many_async",
+            "NewJob",
+            "EnqueueError",
+        ],
+    ),
+    ("Inside a handler", ["JobContext", "Retry", "Discard", "Snooze"]),
+    (
+        "Operate",
+        [
+            "cancel",
+            "pause_queue",
+            "resume_queue",
+            "paused_queues",
+            "retry_now",
+            "list_jobs",
+            "show_job",
+            "migrate",
+        ],
+    ),
+    (
+        "The queue's primitives (what the supervisor itself uses)",
+        ["claim", "complete", "settle", "renew_leases", "Job", "Fenced", "LeaseLost"],
+    ),
+]
+
+
+def python_api_markdown() -> str:
+    """docs/reference/python-api.md: the public names, their signatures and docstrings."""
+    import supervisor
+    import supervisor.testing
+
+    lines = [
+        "# Python API",
+        "",
+        "<!-- Generated from the package's docstrings when the docs are built. -->",
+        "",
+        "Everything here imports from `supervisor` (`from supervisor import enqueue`), except the",
+        "testing helpers (`supervisor.testing`) and the dashboard (`supervisor.web`). The",
+        "functions take a psycopg 3 connection and work inside the caller's transaction.",
+        "",
+    ]
+    listed = set()
+    for group, names in API_GROUPS:
+        lines += [f"## {group}", ""]
+        for name in names:
+            listed.add(name)
+            lines += _documented("supervisor", name, getattr(supervisor, name))
+    rest = [n for n in supervisor.__all__ if n not in listed]
+    if rest:
+        lines += ["## Other names", ""]
+        for name in rest:
+            lines += _documented("supervisor", name, getattr(supervisor, name))
+    lines += ["## Testing handlers: `supervisor.testing`", ""]
+    for name in ("run_inline", "drain", "Outcome", "DrainReport"):
+        lines += _documented("supervisor.testing", name, getattr(supervisor.testing, name))
+    try:
+        from supervisor.web import create_app
+    except ImportError:  # the web extra is not installed where the docs are built
+        pass
+    else:
+        lines += ["## The dashboard: `supervisor.web`", ""]
+        lines += _documented("supervisor.web", "create_app", create_app)
+    return "\n".join(lines) + "\n"
+
+
 def configuration_markdown() -> str:
     from supervisor.config.describe import reference_markdown
 
@@ -125,6 +217,7 @@ def schema_json() -> str:
 GENERATED = {
     "reference/configuration.md": configuration_markdown,
     "reference/cli.md": cli_markdown,
+    "reference/python-api.md": python_api_markdown,
     "pgq-supervisor.schema.json": schema_json,
 }
 
