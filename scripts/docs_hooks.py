@@ -1,6 +1,6 @@
 """MkDocs hooks (mkdocs.yml `hooks:`): the reference pages generated at build time.
 
-docs/reference/configuration.md comes from the config schema (supervisor.config.describe),
+docs/reference/configuration.md comes from the config schema (supervisor.config.reference),
 docs/reference/cli.md from the command line's own parser, docs/reference/python-api.md from
 the public names' signatures and docstrings, and /pgq-supervisor.schema.json is the
 JSON Schema shipped in the package, so none of them can fall behind the code: a key, a verb or an
@@ -203,13 +203,13 @@ def python_api_markdown() -> str:
 
 
 def configuration_markdown() -> str:
-    from supervisor.config.describe import reference_markdown
+    from supervisor.config.reference import reference_markdown
 
     return reference_markdown()
 
 
 def schema_json() -> str:
-    from supervisor.config.describe import json_schema
+    from supervisor.config.reference import json_schema
 
     return json.dumps(json_schema(), indent=2) + "\n"
 

@@ -147,7 +147,7 @@ def check_kind(reader: Reader, path: str, kind: str, kinds: list[str], node: Nod
 
 def described(schema: dict[str, Any]) -> Callable[[C], C]:
     """Mark a converter with the JSON Schema of what it accepts: the reference page and the
-    editors' schema (supervisor.config.describe) are generated from these marks."""
+    editors' schema (supervisor.config.reference) are generated from these marks."""
 
     def mark(convert: C) -> C:
         convert.json_schema = schema  # type: ignore[attr-defined]

@@ -80,7 +80,8 @@ def test_search_and_act_on_100000_jobs(
         50,
         scalar(
             ledger,
-            """SELECT count(*) FROM pgq.jobs WHERE state = 'discarded' AND args @> '{"customer": {"id": 2}}'""",
+            "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'"
+            """ AND args @> '{"customer": {"id": 2}}'""",
         ),
     )
     assert "and more and more" in text_of(browser, "#found td.error-line")

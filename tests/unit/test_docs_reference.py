@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from supervisor.config import parse_config
-from supervisor.config.describe import HELP, json_schema, keys, reference_markdown
+from supervisor.config.reference import HELP, json_schema, keys, reference_markdown
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SHIPPED = ROOT / "supervisor" / "config" / "pgq-supervisor.schema.json"
@@ -25,7 +25,7 @@ def test_every_key_the_schema_reads_has_help_and_no_help_is_stale() -> None:
     read = {k.path for k in keys()}
     assert "pools.<pool>.processes" in read and "schedules.<name>.missed" in read
     undocumented = sorted(read - set(HELP))
-    assert not undocumented, f"add a line to HELP in supervisor/config/describe.py: {undocumented}"
+    assert not undocumented, f"add a line to HELP in supervisor/config/reference.py: {undocumented}"
     stale = sorted(set(HELP) - read)
     assert not stale, f"HELP names keys the schema no longer reads: {stale}"
 
@@ -33,7 +33,7 @@ def test_every_key_the_schema_reads_has_help_and_no_help_is_stale() -> None:
 def test_the_shipped_json_schema_is_current() -> None:
     shipped = json.loads(SHIPPED.read_text())
     assert shipped == json_schema(), (
-        "regenerate it: python -m supervisor.config.describe > "
+        "regenerate it: python -m supervisor.config.reference > "
         "supervisor/config/pgq-supervisor.schema.json"
     )
 

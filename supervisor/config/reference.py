@@ -233,7 +233,7 @@ def reference_markdown() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "<!-- Generated from the config schema (supervisor/config/describe.py) when the docs",
+        "<!-- Generated from the config schema (supervisor/config/reference.py) when the docs",
         "     are built: edit the schema or its HELP lines, not this page. -->",
         "",
         "Every key `pgq-supervisor -c FILE check` accepts, with what it may hold and its default.",
