@@ -222,6 +222,64 @@ GENERATED = {
 }
 
 
+# Pages other parts of the project add under docs/ (one per topic), and the nav section each
+# belongs in. Any other page found under docs/ and missing from mkdocs.yml's nav goes under
+# "More", so a page added without touching mkdocs.yml is still on the site (and the strict
+# build does not fail on it).
+PLACES = {
+    "claim-order.md": "Explanations",
+    "outcomes.md": "Explanations",
+    "enqueue_wakeups.md": "Explanations",
+    "doctor.md": "How-to guides",
+    "limits.md": "How-to guides",
+    "time-and-upgrades.md": "How-to guides",
+    "dashboard-security.md": "How-to guides",
+}
+
+
+def nav_pages(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [p for item in node for p in nav_pages(item)]
+    if isinstance(node, dict):
+        return [p for value in node.values() for p in nav_pages(value)]
+    return []
+
+
+def _title(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return path.stem.replace("-", " ").replace("_", " ").capitalize()
+
+
+def complete_nav(nav: list[Any], docs_dir: Path) -> list[Any]:
+    """``nav`` with every page under ``docs_dir`` that it does not name yet, in its place."""
+    listed = set(nav_pages(nav))
+    generated = {uri for uri in GENERATED if uri.endswith(".md")}
+    missing = sorted(
+        str(p.relative_to(docs_dir))
+        for p in docs_dir.rglob("*.md")
+        if str(p.relative_to(docs_dir)) not in listed | generated
+    )
+    for page in missing:
+        section = PLACES.get(page, "More")
+        entry = {_title(docs_dir / page): page}
+        for item in nav:
+            if isinstance(item, dict) and section in item:
+                item[section].append(entry)
+                break
+        else:
+            nav.append({section: [entry]})
+    return nav
+
+
+def on_config(config: Any) -> Any:
+    config["nav"] = complete_nav(config["nav"], Path(config["docs_dir"]))
+    return config
+
+
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
