@@ -251,6 +251,12 @@ def duration(high: float) -> Callable[[Reader, Node], float]:
     )(convert)
 
 
+@described(
+    {
+        "type": ["number", "string"],
+        "description": "a share: a percentage such as 1% or 0.05%, or a number from 0 to 1",
+    }
+)
 def fraction(reader: Reader, node: Node) -> float:
     """A share: a percentage (``1%``, ``0.05%``) or a number between 0 and 1 (``0.01``)."""
     value = reader.scalar(node, "a share such as 1% or 0.01")

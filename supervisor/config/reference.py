@@ -79,6 +79,19 @@ HELP = {
     "schedules.<name>.priority": "the job's priority",
     "schedules.<name>.timezone": "the cron's time zone",
     "schedules.<name>.missed": "skip, or run_once: ticks missed while no supervisor ran",
+    "doctor.statement_timeout": "how long each family of doctor's checks may take",
+    "doctor.horizon_age": "a snapshot, transaction or prepared transaction held this long warns",
+    "doctor.dead_rows": "dead rows in pgq.jobs past this many warn",
+    "doctor.slot_wal": "WAL a replication slot keeps past this size warns",
+    "doctor.notify_queue": "the share of the NOTIFY queue in use that warns",
+    "doctor.oldest_due": "the oldest due job's wait that warns",
+    "doctor.queue_share": "the queue's share of the database's row writes that warns",
+    "doctor.claim_buffers": "buffers the claim may touch per job it claims",
+    "doctor.sample": "how long the headroom check samples the write rates",
+    "web.allowed_hosts": "Host names the dashboard answers besides the loopback ones",
+    "web.trusted_proxies": "addresses whose X-Forwarded-* headers the dashboard believes",
+    "web.read_only": "the dashboard shows and never acts (no button, every action refused)",
+    "web.redact": "argument keys whose values no dashboard page shows",
     "host": "this supervisor's name in worker ids and status (PGQ_HOST wins; default: the "
     "machine's host name)",
 }
@@ -152,6 +165,8 @@ def default_text(key: Key) -> str:
         return value.strftime("%H:%M")
     if isinstance(value, dict):
         return json.dumps(value)
+    if isinstance(value, tuple):
+        return json.dumps(list(value))
     return str(value)
 
 
@@ -195,7 +210,8 @@ def json_schema() -> dict[str, Any]:
                 f" ({leaf['description']})" if "description" in leaf else ""
             )
         if key.default is not None and not isinstance(key.default, time):
-            leaf["default"] = default_text(key) if key.schema.get("x-pgq-unit") else key.default
+            default = default_text(key) if key.schema.get("x-pgq-unit") else key.default
+            leaf["default"] = list(default) if isinstance(default, tuple) else default
         _set(node, parts[-1], leaf)
     root["properties"]["pools"]["additionalProperties"]["required"] = ["queues"]
     return root
