@@ -224,3 +224,35 @@ def test_the_cancel_confirmation_says_keep_not_cancel(
     page = with_client(dsn, steps)
     assert f">Cancel job {job_id}</button>" in page.text
     assert f">Keep job {job_id}</a>" in page.text and ">Cancel</a>" not in page.text
+
+
+def test_a_read_only_dashboard_finds_jobs_but_acts_on_none(
+    conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    from supervisor.config.model import WebConfig
+    from tests.integration.test_web_security import run_app
+
+    ids = _jobs(conn)
+
+    async def steps(client: httpx.AsyncClient) -> list[httpx.Response]:
+        page = await client.get("/jobs?state=scheduled")
+        slice_ = await client.post(
+            "/jobs/bulk",
+            data={
+                "action": "cancel",
+                "top": str(max(ids)),
+                "floor": "0",
+                "csrf": client.cookies.get("pgq_csrf", ""),
+            },
+            headers={"Origin": "http://127.0.0.1:9188"},
+        )
+        ticked = await client.get(f"/jobs/selected?action=cancel&ids={ids[40]}")
+        return [page, slice_, ticked]
+
+    page, slice_, ticked = run_app(dsn, steps, web=WebConfig(read_only=True))
+    assert _ids(page) == sorted(ids[30:], reverse=True)
+    assert 'id="bulk-actions"' not in page.text and 'id="selected-actions"' not in page.text
+    assert slice_.status_code == 403 and ticked.status_code == 403
+    assert conn.execute("SELECT count(*) FROM pgq.jobs WHERE state = 'cancelled'").fetchone() == (
+        0,
+    )
