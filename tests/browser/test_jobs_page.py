@@ -93,8 +93,13 @@ def test_search_and_act_on_100000_jobs(
     chosen = [int(b.get_attribute("value")) for b in boxes[:2]]
     for box in boxes[:2]:
         box.click()
+    # Ticked jobs stay ticked: the page's refresh waits while any is (a refresh would untick).
+    refreshed = browser.execute_script(
+        "return document.querySelector('#live').getAttribute('hx-trigger')"
+    )
+    assert "input:checked" in refreshed
     browser.find_element(By.ID, "selected-run-now").click()
-    assert "Run now 2 jobs" in text_of(browser, "h1")
+    wait_for(lambda: "Run now 2 jobs" in text_of(browser, "h1"), 10, what="the confirmation")
     assert text_of(browser, "#keep") == "Go back"
     browser.find_element(By.ID, "confirm").click()
     flash = wait_for(lambda: text_of(browser, "#flash"), 10, what="the message")

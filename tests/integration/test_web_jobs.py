@@ -207,7 +207,7 @@ def test_the_refresh_control_is_remembered(conn: psycopg.Connection[Any], dsn: s
         return [before, chosen, elsewhere, off]
 
     before, chosen, elsewhere, off = with_client(dsn, steps)
-    assert 'hx-trigger="every 2s"' in before.text
+    assert 'hx-trigger="every 2s [!document.querySelector' in before.text  # waits on ticks
     assert chosen.status_code == 303 and chosen.headers["location"] == "/jobs"
     assert elsewhere.headers["location"] == "/"  # never a redirect to another site
     assert 'hx-trigger="every 10s"' in off.text
