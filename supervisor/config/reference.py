@@ -53,6 +53,13 @@ HELP = {
     "jobs.<kind>.max_attempts": "attempts before a job is discarded; rules over the row's own",
     "jobs.<kind>.backoff.base": "the first retry's delay; it doubles per attempt (jittered)",
     "jobs.<kind>.backoff.cap": "the longest delay between two attempts",
+    "jobs.<kind>.effects": "external: an attempt that ends without an outcome waits in unknown "
+    "(docs/outcomes.md) instead of running again",
+    "jobs.<kind>.reconcile": 'the hook ("module:function") that decides an unknown job\'s outcome',
+    "results.max_size": "the largest handler result kept with a job",
+    "reconcile.interval": "how often unknown jobs are handed to their reconcile hooks",
+    "reconcile.timeout": "how long one reconcile hook may take",
+    "reconcile.batch": "unknown jobs reconciled per run",
     "shutdown_timeout": "how long a stop or a deploy waits for the jobs in hand",
     "lease.duration": "how long a claim holds its jobs without a renewal",
     "lease.renew_every": "how often the master renews its children's leases (at most a third "
