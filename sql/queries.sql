@@ -10,7 +10,8 @@
 -- identical payloads within a transaction, so a transaction that enqueues many jobs to one
 -- queue wakes listeners once.
 WITH inserted AS (
-    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
+                          traceparent)
     SELECT
         %(queue)s::text,
         %(kind)s::text,
@@ -19,7 +20,8 @@ WITH inserted AS (
         t.run_at,
         CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
         %(max_attempts)s::integer,
-        %(unique_key)s::text
+        %(unique_key)s::text,
+        %(traceparent)s::text
     FROM (
         SELECT coalesce(%(run_at)s::timestamptz,
                         now() + make_interval(secs => %(delay)s::float8)) AS run_at
@@ -61,7 +63,8 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
 -- returned row says its queue and whether it waits for later, for the wake-ups.
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
-INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
+INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
+                      traceparent)
 SELECT
     t.queue,
     t.kind,
@@ -70,7 +73,8 @@ SELECT
     r.run_at,
     CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
     t.max_attempts,
-    t.unique_key
+    t.unique_key,
+    t.traceparent
 FROM ROWS FROM (
     unnest(%(queues)s::text[]),
     unnest(%(kinds)s::text[]),
@@ -79,8 +83,10 @@ FROM ROWS FROM (
     unnest(%(run_ats)s::timestamptz[]),
     unnest(%(delays)s::float8[]),
     unnest(%(max_attempts)s::integer[]),
-    unnest(%(unique_keys)s::text[])
-) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key, ord)
+    unnest(%(unique_keys)s::text[]),
+    unnest(%(traceparents)s::text[])
+) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
+                       traceparent, ord)
 CROSS JOIN LATERAL (
     SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
 ) AS r
@@ -172,13 +178,13 @@ claimed AS (
     -- instead (0.6 ms of planning per claim). = ANY keeps the generic plan to index look-ups.
     WHERE j.id = ANY (ARRAY(SELECT id FROM next))
     RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.lease_id, j.lease_until, j.created_at, j.batch
+              j.lease_id, j.lease_until, j.created_at, j.batch, j.traceparent
 )
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
-       created_at, batch, NULL::bigint[] AS completed
+       created_at, batch, traceparent, NULL::bigint[] AS completed
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d.ids
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d.ids
 -- The finished jobs' results and batch counts ride on this last row, read once from `done`:
 -- pgq.keep_results only when some job returned something, pgq.batch_ended only when some job
 -- belongs to a batch, so a plain completion calls neither. They run after the claim (so the

@@ -62,6 +62,9 @@ class Completer:
         # Told the ids of the jobs that ran here and wait to be written, whenever they change
         # (the board shows them to the master: a child killed now held them run, not unstarted).
         self.on_unrecorded = on_unrecorded
+        # Told which outcomes the database recorded and which the fence refused (the tracing
+        # ends each attempt's span there, with a fence-rejected event for the refused).
+        self.on_written: Callable[[list[Job], list[Job]], None] | None = None
         self.done: list[Job] = []
         self.settled: list[outcomes.Settlement] = []
         # What completed handlers returned, as JSON text, by job id (the Executor's, shared).
@@ -160,20 +163,26 @@ class Completer:
         except psycopg.Error:
             self._write_one_by_one(conn)
             return _claim_only(conn, claim)
-        _tally(
-            self.board,
-            self.pool,
-            result.completed if result is not None and done else None,
-            self.settled,
-            jobs_api.fenced(settled, [s.job for s in self.settled])
-            if settled is not None
-            else None,
+        self._written(
+            _tally(
+                self.board,
+                self.pool,
+                result.completed if result is not None and done else None,
+                self.settled,
+                jobs_api.fenced(settled, [s.job for s in self.settled])
+                if settled is not None
+                else None,
+            )
         )
         self._announce(self.settled)
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         self._changed()
         return result.jobs if result is not None else []
+
+    def _written(self, written: tuple[list[Job], list[Job]]) -> None:
+        if self.on_written is not None:
+            self.on_written(*written)
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
         if self.on_scheduled is not None and any(s.scheduled for s in settled):
@@ -188,11 +197,14 @@ class Completer:
                 job, settlement = pending[0]
                 try:
                     if settlement is None:
-                        _tally(board, pool, jobs_api.complete(conn, [job], history=history))
+                        written = _tally(
+                            board, pool, jobs_api.complete(conn, [job], history=history)
+                        )
                     else:
                         result = jobs_api.settle(conn, [settlement], history=history)
-                        _tally(board, pool, None, [settlement], result)
+                        written = _tally(board, pool, None, [settlement], result)
                         self._announce([settlement])
+                    self._written(written)
                 except RECONNECT_ERRORS:
                     raise
                 except psycopg.Error as exc:
@@ -229,13 +241,17 @@ def _tally(
     finished: jobs_api.Fenced | None,
     settled: list[outcomes.Settlement] | None = None,
     result: jobs_api.Fenced | None = None,
-) -> None:
-    """Count what fenced writes kept, and say which results were dropped."""
+) -> tuple[list[Job], list[Job]]:
+    """Count what fenced writes kept, and say which results were dropped; returns the jobs
+    whose outcome was recorded and the ones whose outcome the fence refused."""
     lost: list[Job] = []
+    recorded: list[Job] = []
     if finished is not None:
         board.count(Counter.COMPLETED, len(finished.kept))
         lost.extend(finished.lost)
+        recorded.extend(finished.kept)
     if result is not None:
+        recorded.extend(result.kept)
         kept = {j.id for j in result.kept}
         for s in settled or []:
             if s.job.id in kept:
@@ -253,6 +269,7 @@ def _tally(
             job.attempts,
             extra=job_fields(job, pool),
         )
+    return recorded, lost
 
 
 def _count_settlement(board: Board, s: outcomes.Settlement) -> None:

@@ -8,6 +8,7 @@ handler (timeouts, cancels, the master's death); they are BaseExceptions, so a h
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from supervisor.observability.tracing import Attempts, Telemetry
 from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
 from supervisor.queue.jobs import Job
@@ -93,6 +95,22 @@ class Executor:
         self.counter_lock = threading.Lock()
         # What completed handlers returned, as JSON text, until the Completer takes it (shared).
         self.returned: dict[int, str] = {}
+        # OpenTelemetry, built here in the child after the fork (OTEL_* variables; None: off).
+        telemetry = Telemetry.from_env()
+        self.attempts = Attempts(telemetry) if telemetry is not None else None
+        self.telemetry = telemetry
+
+    def written(self, recorded: list[Job], lost: list[Job]) -> None:
+        """Completer.on_written: the attempts' spans end once their outcome is written."""
+        if self.attempts is not None:
+            with self.counter_lock:
+                self.attempts.written(recorded, lost)
+
+    def close(self) -> None:
+        """The child leaves: end the spans still open and flush the exporters."""
+        if self.attempts is not None and self.telemetry is not None:
+            self.attempts.end_all()
+            self.telemetry.shutdown()
 
     def in_handler(self, frame: FrameType | None) -> bool:
         """Whether a signal that interrupted ``frame`` (the main thread's innermost frame)
@@ -147,6 +165,7 @@ class Executor:
             lease_id=job.lease_id,
             worker=self.worker_id,
             created_at=job.created_at,
+            traceparent=job.traceparent,
             deadline=started + policy.timeout if policy.timeout else None,
             batch=job.batch,
             _check_lease=lambda: self.lease_check(job),
@@ -169,6 +188,10 @@ class Executor:
         # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
         self.returned.pop(job.id, None)
         value: Any = None
+        traced = contextlib.ExitStack()
+        span = None
+        if self.attempts is not None:
+            span = traced.enter_context(self.attempts.attempt(job, self.pool, self.worker_id))
         try:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
@@ -199,10 +222,15 @@ class Executor:
         finally:
             self.interruptible = False
             self.deadline = None
+            traced.close()
             self.board.job_finished(thread)
             with self.counter_lock:
                 self.board.observe_job(time.monotonic() - started)
                 self.board.count(Counter.JOBS_RUN)
+                if span is not None and self.attempts is not None:
+                    label = "completed" if settlement is None else settlement.label
+                    error = settlement.error if settlement is not None else None
+                    self.attempts.outcome(job, span, label, error)
         return settlement
 
     def _keep_result(self, job: Job, value: Any) -> outcomes.Settlement | None:

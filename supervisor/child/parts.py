@@ -61,6 +61,7 @@ class Parts:
         )
         self.process.executor = self.executor
         self.completer.returned = self.executor.returned
+        self.completer.on_written = self.executor.written
 
     def held(self) -> list[int]:
         """The ids of every job this child holds in hand: running, waiting to start, or

@@ -50,6 +50,12 @@ class Worker:
         self.parts = Parts(spec)
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self.parts.executor.close()  # the last spans must not die with the child
+
+    def _run(self) -> int:
         parts = self.parts
         process, label, extra = parts.process, parts.process.label, {"pool": parts.pool.name}
         try:

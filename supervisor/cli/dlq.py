@@ -67,6 +67,7 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _filters(p)
     p.add_argument("--all", action="store_true", help="every dead letter (and no filter)")
+    json_argument(p)
 
     p = sub.add_parser(
         "purge",
@@ -77,6 +78,7 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", type=duration_arg, metavar="AGE", required=True)
     p.add_argument("--kind", help="only jobs of this kind")
     p.add_argument("--queue", help="only jobs of this queue")
+    json_argument(p)
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -285,6 +287,16 @@ def dlq_replay(ctx: Context) -> int:
             ),
         )
     ids = sorted(replayed.ids)
+    held = {job_id for job_id, _ in replayed.held}
+    missing = sorted(set(a.ids or ()) - set(ids) - held)
+    if a.json:
+        document = {
+            "replayed": ids,
+            "held": [{"id": job_id, "unique_key": key} for job_id, key in sorted(replayed.held)],
+            "missing": missing,
+        }
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return MasterExit.ERROR if replayed.held or missing else MasterExit.OK
     filters = "every dead letter" if a.all else _described(a)
     if ids:
         print(f"replayed {_plural(len(ids))} ({filters}), attempts reset, due now: {listing(ids)}")
@@ -299,8 +311,6 @@ def dlq_replay(ctx: Context) -> int:
             f"left {_plural(len(replayed.held))} in the queue: each one's unique key is held "
             f"by a job waiting or running now, or by a newer dead letter replayed here: {keys}"
         )
-    held = {job_id for job_id, _ in replayed.held}
-    missing = sorted(set(a.ids or ()) - set(ids) - held)
     if missing:
         code = _fail(f"not replayed: {listing(missing)}: no dead letter with that id matches")
     return code
@@ -318,5 +328,8 @@ def dlq_purge(ctx: Context) -> int:
             kind=a.kind,
             queue=a.queue,
         )
+    if a.json:
+        print(json.dumps({"purged": purged}))
+        return MasterExit.OK
     print(f"purged {_plural(purged)} ({_described(a)})")
     return MasterExit.OK

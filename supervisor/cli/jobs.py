@@ -14,7 +14,9 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from supervisor.cli import jobhistory
 from supervisor.cli.dlq import telling_line
+from supervisor.cli.jobhistory import attempt_limit
 from supervisor.cli.session import (
     json_argument,
     listing_arguments,
@@ -49,12 +51,14 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
         "stopped by the supervisor running it within about a second, and is not retried.",
     )
     p.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+    json_argument(p)
 
     p = sub.add_parser(
         "retry",
         help="run a waiting job now (one waiting for its retry, or scheduled for later)",
     )
     p.add_argument("id", type=positive_int, metavar="ID")
+    json_argument(p)
 
     p = sub.add_parser(
         "resolve",
@@ -67,7 +71,12 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--as", dest="resolution", required=True, choices=unknown.RESOLUTIONS)
 
 
-@verb("jobs", "jobs in any state: list, show, cancel, retry, resolve", jobs_arguments)
+@verb(
+    "jobs",
+    "jobs in any state: list, show, cancel, retry, resolve; exit 0, 1 when a job named is "
+    "missing or in the wrong state (or on a database error), 2 on bad usage",
+    jobs_arguments,
+)
 def jobs_verb(ctx: Context) -> int:
     commands: dict[str, Callable[[Context], int]] = {
         "list": jobs_list,
@@ -152,12 +161,19 @@ def jobs_show(ctx: Context) -> int:
         now = server_clock(conn)
         job = control.show_job(conn, ctx.args.id)
         kept = _kept_result(conn, ctx.args.id)
+        history = jobhistory.read(conn, ctx.args.id) if job is None else []
+    if job is None and history:
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept)
     if job is None and kept is not None:
         return _show_completed(ctx, kept)
     if job is None:
-        return _fail(f"no job {ctx.args.id}: it completed, was purged, or never existed")
+        return _fail(
+            f"no job {ctx.args.id}: it never existed, or it finished and its history was "
+            "purged (or history is off: history.enabled)"
+        )
+    limit = attempt_limit(ctx, job.kind, job.max_attempts)
     if ctx.args.json:
-        document = _jsonable(asdict(job))
+        document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -173,7 +189,7 @@ def jobs_show(ctx: Context) -> int:
         state += f", cancel requested {when(job.cancel_requested_at)}"
     lines = [
         f"job {job.id}: {safe(job.kind)} on queue {safe(job.queue)}, {state}",
-        f"  attempts    {job.attempts} of {job.max_attempts}",
+        f"  attempts    {job.attempts} of {limit.effective} ({limit.reason})",
         f"  priority    {job.priority}",
         f"  unique key  {safe(job.unique_key)}",
         f"  created     {when(job.created_at)}",
@@ -238,6 +254,15 @@ def jobs_resolve(ctx: Context) -> int:
 def jobs_cancel(ctx: Context) -> int:
     with session(ctx) as conn, conn.transaction():
         result = control.cancel(conn, ctx.args.ids, history=ctx.config.history.enabled)
+    if ctx.args.json:
+        document = {
+            "cancelled": sorted(result.cancelled),
+            "stopping": sorted(result.requested),
+            "finished": {str(i): state for i, state in sorted(result.finished.items())},
+            "missing": sorted(result.missing),
+        }
+        print(json.dumps(document, indent=2))
+        return MasterExit.ERROR if result.finished or result.missing else MasterExit.OK
     if result.cancelled:
         print(f"cancelled {listing(result.cancelled)} (waiting: they will not run)")
     if result.requested:
@@ -259,8 +284,16 @@ def jobs_retry(ctx: Context) -> int:
     with session(ctx) as conn, conn.transaction():
         moved = control.retry_now(conn, job_id)
         job = control.show_job(conn, job_id) if moved is None else None
+    if ctx.args.json:
+        document = {
+            "id": job_id,
+            "due_now": moved is not None,
+            "state": "available" if moved is not None else (job.state if job else None),
+        }
+        print(json.dumps(document, indent=2))
     if moved is not None:
-        print(f"job {job_id} on queue {safe(moved.queue)} is due now (attempts kept)")
+        if not ctx.args.json:
+            print(f"job {job_id} on queue {safe(moved.queue)} is due now (attempts kept)")
         return MasterExit.OK
     if job is None:
         return _fail(f"no job {job_id}: it completed, was purged, or never existed")

@@ -1,14 +1,17 @@
 """`pgq-supervisor -c FILE [verb]`: run the supervisor, or operate the queue it runs.
 
-Verbs share one config file. Exit codes (supervisor.shared.exits.MasterExit): 0 clean stop, 1
-anything else, 2 bad config or usage, 3 children could not boot.
+Verbs share one config file, given before or after the verb. Exit codes
+(supervisor.shared.exits.MasterExit): 0 clean stop, 1 anything else, 2 bad config or usage, 3
+children could not boot; each verb's are in its help and in docs/reference/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -28,23 +31,14 @@ log = logging.getLogger("pgq.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from supervisor import __version__
+
     parser = argparse.ArgumentParser(
         prog="pgq-supervisor",
         description="A Postgres job queue run by a fork-per-worker supervisor.",
     )
-    parser.add_argument(
-        "-c",
-        "--config",
-        required=True,
-        metavar="FILE",
-        help="the YAML configuration (pools, queues, handlers)",
-    )
-    parser.add_argument(
-        "--dsn",
-        help="database to use instead of the config's "
-        "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
-        "until the process renames itself)",
-    )
+    parser.add_argument("--version", action="version", version=f"pgq-supervisor {__version__}")
+    shared_arguments(parser, default=None)
     parser.add_argument(
         "--embedded",
         action="store_true",
@@ -52,12 +46,87 @@ def build_parser() -> argparse.ArgumentParser:
         "(the same as database.embedded: true)",
     )
     parser.add_argument("--log-format", choices=("text", "json"), help="override log.format")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="override log.level"
+    )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     _load_verbs()
     for name, (_, arguments, help_text) in VERBS.items():
-        arguments(sub.add_parser(name, help=help_text, description=help_text))
+        verb_parser = sub.add_parser(name, help=help_text, description=help_text)
+        arguments(verb_parser)
+        for leaf in leaves(verb_parser):
+            # After the verb too (`status -c FILE`); SUPPRESS keeps a value given before it.
+            shared_arguments(leaf, default=argparse.SUPPRESS)
     return parser
+
+
+def shared_arguments(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        default=default,
+        help="the YAML configuration (pools, queues, handlers); before or after the verb",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=default,
+        help="database to use instead of the config's "
+        "(prefer the PGQ_DSN environment variable: a flag shows in `ps` "
+        "until the process renames itself)",
+    )
+
+
+def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers that end a command line: the verb's, or each of its sub-commands'."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [parser]
+    return [leaf for a in subs for p in dict.fromkeys(a.choices.values()) for leaf in leaves(p)]
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse, with errors in the words of the verb that was typed: an option the verb does not
+    take (say --json on `run`) is reported with that verb's usage, not the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        leaf, words = command_parser(parser, args)
+        unknown = " ".join(extra)
+        if "--json" in extra:
+            with_json = ", ".join(verbs_with_json(parser))
+            leaf.error(f"`{words}` has no --json option (verbs with one: {with_json})")
+        leaf.error(f"unrecognized arguments: {unknown}")
+    if args.config is None:
+        parser.error("-c FILE is required (the YAML configuration), before or after the verb")
+    return args
+
+
+def command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[argparse.ArgumentParser, str]:
+    """The deepest parser the command line reached, and its words (``jobs cancel``)."""
+    words: list[str] = []
+    current = parser
+    while True:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if current is parser and chosen is None:
+            chosen = "run"  # the default verb
+        if chosen is None:
+            return current, " ".join(words)
+        words.append(chosen)
+        current = subs[0].choices[chosen]
+
+
+def verbs_with_json(parser: argparse.ArgumentParser) -> list[str]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if any("--json" in a.option_strings for a in sub._actions):
+                    found.append(name)
+                found += [f"{name} {inner}" for inner in verbs_with_json(sub)]
+    return found
 
 
 def _load_verbs() -> None:
@@ -66,10 +135,24 @@ def _load_verbs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a reader gone (`| head`) shows here
+        return code
+    except BrokenPipeError:
+        # The reader of our output left (`jobs list --json | head`): not worth a traceback.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return MasterExit.ERROR
+
+
+def _main(argv: list[str] | None) -> int:
     # First thing: replace the command line shown by `ps`, which may hold a --dsn password.
     proctitle.set_title("starting")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     from supervisor.config import ConfigError, load_config
 
     try:
@@ -102,7 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         return MasterExit.ERROR
 
 
-@verb("check", "validate the config and import every handler; exit 0 or 2")
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+
+
+@verb(
+    "check",
+    "validate the config, import every handler, look for missing extras; "
+    "exit 0, or 2 with every problem",
+    json_flag,
+)
 def check(ctx: Context) -> int:
     from supervisor.config import ConfigError
     from supervisor.config.handlers import load_handlers, load_reconcilers
@@ -118,18 +210,40 @@ def check(ctx: Context) -> int:
         load_reconcilers(ctx.config)
     except ConfigError as exc:
         problems.append(exc)
+    # A missing extra the config needs (the embedded server without its package), in the same
+    # shape as every other problem: path, line, what to do.
+    from supervisor.config.extras import missing_extras
+
+    missing = missing_extras(ctx.config, dsn_given=explicit_dsn(ctx.args, ctx.config) is not None)
+    if missing:
+        problems.append(ConfigError(missing, ctx.config.path))
     if problems:
         raise ConfigError([i for p in problems for i in p.issues], ctx.config.path)
     pools = ctx.config.pools
+    summary = {
+        "config": str(ctx.config.path),
+        "ok": True,
+        "pools": len(pools),
+        "children": sum(p.processes for p in pools.values()),
+        "handlers": len(handlers),
+        "schedules": len(ctx.config.schedules),
+    }
+    if ctx.args.json:
+        print(json.dumps(summary, indent=2))
+        return MasterExit.OK
     print(
-        f"{ctx.config.path}: OK: {len(pools)} pools, "
-        f"{sum(p.processes for p in pools.values())} children, {len(handlers)} handlers, "
-        f"{len(ctx.config.schedules)} schedules"
+        f"{ctx.config.path}: OK: {summary['pools']} pools, {summary['children']} children, "
+        f"{summary['handlers']} handlers, {summary['schedules']} schedules"
     )
     return MasterExit.OK
 
 
-@verb("migrate", "apply pending schema migrations (idempotent; safe from several hosts)")
+@verb(
+    "migrate",
+    "apply pending schema migrations (idempotent; safe from several hosts); exit 0, 1 on a "
+    "database error",
+    json_flag,
+)
 def migrate_verb(ctx: Context) -> int:
     from supervisor.queue.migrations import migrate
 
@@ -140,6 +254,10 @@ def migrate_verb(ctx: Context) -> int:
         applied = migrate(dsn, pooled=ctx.config.database.pooled)
     if applied is None:
         return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
+    if ctx.args.json:
+        names = [f"{m.version:04d}_{m.name}" for m in applied]
+        print(json.dumps({"applied": names, "up_to_date": True}, indent=2))
+        return MasterExit.OK
     if applied:
         for m in applied:
             print(f"applied {m.version:04d}_{m.name}")
@@ -148,7 +266,11 @@ def migrate_verb(ctx: Context) -> int:
     return MasterExit.OK
 
 
-@verb("run", "run the supervisor in the foreground (the default verb)")
+@verb(
+    "run",
+    "run the supervisor in the foreground (the default verb); exit 0 on a clean stop, 1 on an "
+    "error, 2 on a bad config (before anything forks), 3 when a pool's children cannot boot",
+)
 def run(ctx: Context) -> int:
     from supervisor.config.handlers import load_handlers, load_reconcilers
     from supervisor.master.loop import Master
@@ -279,8 +401,11 @@ def database(ctx: Context) -> Iterator[str]:
 
 
 def _embedded(config: Config) -> EmbeddedPostgres:
-    from supervisor.embedded.server import EmbeddedPostgres, EmbeddedUnavailable
+    from supervisor.embedded.server import EmbeddedPostgres, EmbeddedUnavailable, available
 
+    if not available():
+        # The extra is missing: one line and exit 2, before anything starts.
+        raise UsageError(str(EmbeddedUnavailable()))
     try:
         return EmbeddedPostgres(config.database.embedded_dir)
     except EmbeddedUnavailable as exc:

@@ -8,6 +8,7 @@ the named queries and the library functions the supervisor itself uses.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from datetime import datetime
@@ -16,11 +17,23 @@ from typing import Any
 import psycopg
 
 from supervisor.cli.dlq import dlq_arguments, dlq_verb
-from supervisor.cli.session import duration_arg, positive_int, session, timestamp_arg
+from supervisor.cli.session import (
+    duration_arg,
+    json_argument,
+    positive_int,
+    session,
+    timestamp_arg,
+)
 from supervisor.cli.tables import age, clock_time, safe, width
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.queue.dsn import describe
-from supervisor.queue.enqueue import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueError, enqueue
+from supervisor.queue.enqueue import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    EnqueueError,
+    check_name,
+    enqueue,
+)
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
 
@@ -32,7 +45,7 @@ def status_arguments(parser: argparse.ArgumentParser) -> None:
 @verb(
     "status",
     "per queue: jobs due, scheduled, running, dead, oldest wait, recent throughput; "
-    "pools and weights; live supervisors and their children",
+    "pools and weights; live supervisors and their children; exit 0, 1 on a database error",
     status_arguments,
 )
 def status(ctx: Context) -> int:
@@ -84,12 +97,30 @@ def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="enqueue nothing while a waiting or running job holds this key",
     )
+    parser.add_argument(
+        "--any-kind",
+        action="store_true",
+        help="enqueue a KIND that no handler in this config serves (a supervisor with another "
+        "config handles it); without it such a kind is refused, exit 2",
+    )
+    json_argument(parser)
 
 
-@verb("enqueue", "put one job in a queue (and wake the workers)", enqueue_arguments)
+@verb(
+    "enqueue",
+    "put one job in a queue (and wake the workers); exit 0, 2 on bad usage or an unknown kind, "
+    "1 on a database error",
+    enqueue_arguments,
+)
 def enqueue_verb(ctx: Context) -> int:
     a = ctx.args
     args = parse_json_object(a.args_json)
+    if a.kind not in ctx.config.handlers and not a.any_kind:
+        try:  # a kind no handler could ever have is refused for what it is first
+            check_name("kind", a.kind)
+        except EnqueueError as exc:
+            raise UsageError(str(exc)) from None
+        raise UsageError(unknown_kind(ctx, a.kind))
     policy = ctx.config.jobs.get(a.kind)
     max_attempts = a.max_attempts
     if max_attempts is None:
@@ -114,7 +145,10 @@ def enqueue_verb(ctx: Context) -> int:
         held = a.unique_key is not None and not _inserted_here(conn, job_id)
     for warning in _enqueue_warnings(ctx, a.kind, a.queue):
         print(f"pgq-supervisor enqueue: warning: {warning}", file=sys.stderr)
-    if held:
+    if a.json:
+        document = {"id": job_id, "kind": a.kind, "queue": a.queue, "enqueued": not held}
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+    elif held:
         print(f"job {job_id} already holds unique key {safe(a.unique_key)}; nothing enqueued")
     else:
         print(
@@ -124,12 +158,24 @@ def enqueue_verb(ctx: Context) -> int:
     return MasterExit.OK
 
 
+def unknown_kind(ctx: Context, kind: str) -> str:
+    """The refusal of a kind no handler serves, with the closest configured one (the same
+    suggestion `check` makes for a schedule's kind)."""
+    kinds = sorted(ctx.config.handlers)
+    close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    served = f" (kinds: {', '.join(safe(k) for k in kinds)})" if kinds and not close else ""
+    return (
+        f"no handler for kind '{safe(kind)}' in {ctx.config.path}{served}; {hint}"
+        "nothing enqueued (--any-kind enqueues it for a supervisor with another config)"
+    )
+
+
 def _enqueue_warnings(ctx: Context, kind: str, queue: str) -> list[str]:
     warnings = []
     if kind not in ctx.config.handlers:
         warnings.append(
-            f"no handler for kind {safe(kind)!r} in {ctx.config.path}; enqueuing anyway "
-            "(a supervisor with another config may handle it)"
+            f"no handler for kind {safe(kind)!r} in {ctx.config.path}; enqueued anyway (--any-kind)"
         )
     if not any(queue in pool.queues for pool in ctx.config.pools.values()):
         warnings.append(
@@ -206,6 +252,9 @@ def _json_type(value: object) -> str:
     return "a number"
 
 
-verb("dlq", "the dead-letter queue: list, show, replay or purge discarded jobs", dlq_arguments)(
-    dlq_verb
-)
+verb(
+    "dlq",
+    "the dead-letter queue: list, show, replay or purge discarded jobs; exit 0, 1 when a job "
+    "named is missing or left as it was (or on a database error), 2 on bad usage",
+    dlq_arguments,
+)(dlq_verb)

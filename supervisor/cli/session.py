@@ -7,6 +7,7 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 from datetime import datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -14,7 +15,7 @@ from psycopg import IsolationLevel
 
 from supervisor.config.units import UnitError, parse_duration
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
-from supervisor.queue.queries import query
+from supervisor.queue.queries import parse, query, sql_text
 
 if TYPE_CHECKING:
     from supervisor.cli.verbs import Context
@@ -50,6 +51,15 @@ def session(
         raise DatabaseError(f"{describe(dsn)}: {detail}") from None
     finally:
         conn.close()
+
+
+@cache
+def cli_query(name: str) -> str:
+    """A named query of sql/cli.sql."""
+    try:
+        return parse(sql_text("cli.sql"))[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in sql/cli.sql") from None
 
 
 def server_clock(conn: psycopg.Connection[Any]) -> datetime:

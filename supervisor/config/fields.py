@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from datetime import time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
@@ -25,6 +25,7 @@ from supervisor.config.units import (
 )
 
 T = TypeVar("T")
+C = TypeVar("C", bound=Callable[..., Any])
 
 _CLOCK = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
 # The longest name (of a queue, a kind, a schedule) a setting may hold.
@@ -144,6 +145,21 @@ def check_kind(reader: Reader, path: str, kind: str, kinds: list[str], node: Nod
         reader.report(path, f"no handler for this kind; add it under handlers{hint}", node)
 
 
+def described(schema: dict[str, Any]) -> Callable[[C], C]:
+    """Mark a converter with the JSON Schema of what it accepts: the reference page and the
+    editors' schema (supervisor.config.reference) are generated from these marks."""
+
+    def mark(convert: C) -> C:
+        convert.json_schema = schema  # type: ignore[attr-defined]
+        return convert
+
+    return mark
+
+
+def schema_of(convert: Callable[..., Any]) -> dict[str, Any]:
+    return dict(getattr(convert, "json_schema", {}))
+
+
 # Converters: (reader, node) -> value, raising Bad. Built by the functions below so a schema
 # line reads like ``s.get("processes", integer(1, 256), 1)``.
 
@@ -156,7 +172,7 @@ def optional(convert: Callable[[Reader, Node], T]) -> Callable[[Reader, Node], T
             return None
         return convert(reader, node)
 
-    return maybe
+    return described(schema_of(convert))(maybe)
 
 
 def integer(low: int, high: int, *, noun: str = "") -> Callable[[Reader, Node], int]:
@@ -175,9 +191,10 @@ def integer(low: int, high: int, *, noun: str = "") -> Callable[[Reader, Node], 
             raise Bad(f"{must} be at most {high}", value)
         return value
 
-    return convert
+    return described({"type": "integer", "minimum": low, "maximum": high})(convert)
 
 
+@described({"type": "boolean"})
 def boolean(reader: Reader, node: Node) -> bool:
     value = reader.scalar(node, "true or false")
     if not isinstance(value, bool):
@@ -198,7 +215,7 @@ def text(*, max_chars: int = 1000) -> Callable[[Reader, Node], str]:
             raise Bad("must not contain a NUL character")
         return value
 
-    return convert
+    return described({"type": "string", "minLength": 1, "maxLength": max_chars})(convert)
 
 
 def choice(*options: str) -> Callable[[Reader, Node], str]:
@@ -208,7 +225,7 @@ def choice(*options: str) -> Callable[[Reader, Node], str]:
             return value.lower()
         raise Bad("must be one of " + ", ".join(options), value)
 
-    return convert
+    return described({"enum": list(options)})(convert)
 
 
 def duration(high: float) -> Callable[[Reader, Node], float]:
@@ -224,9 +241,22 @@ def duration(high: float) -> Callable[[Reader, Node], float]:
             raise Bad(f"must be at most {format_duration(high)}", value)
         return seconds
 
-    return convert
+    return described(
+        {
+            "type": ["number", "string"],
+            "description": "a duration: seconds, or 500ms, 30s, 5m, 1h30m, 2d; at most "
+            + format_duration(high),
+            "x-pgq-unit": "duration",
+        }
+    )(convert)
 
 
+@described(
+    {
+        "type": ["number", "string"],
+        "description": "a share: a percentage such as 1% or 0.05%, or a number from 0 to 1",
+    }
+)
 def fraction(reader: Reader, node: Node) -> float:
     """A share: a percentage (``1%``, ``0.05%``) or a number between 0 and 1 (``0.01``)."""
     value = reader.scalar(node, "a share such as 1% or 0.01")
@@ -260,9 +290,23 @@ def size(low: int, high: int) -> Callable[[Reader, Node], int]:
             raise Bad(f"must be at most {format_size(high)}", value)
         return count
 
-    return convert
+    return described(
+        {
+            "type": ["integer", "string"],
+            "description": f"a size: bytes, or 512MiB, 1.5GiB, 100MB; {format_size(low)} to "
+            + format_size(high),
+            "x-pgq-unit": "size",
+        }
+    )(convert)
 
 
+@described(
+    {
+        "type": "string",
+        "pattern": "^([01]?[0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$",
+        "description": 'a 24-hour local time, "03:00" or "03:00:30"',
+    }
+)
 def clock(reader: Reader, node: Node) -> time:
     # An unquoted 03:00 is a base-60 integer (180) in YAML 1.1; read the text as written.
     raw = node.value if isinstance(node, ScalarNode) and node.tag == INT else None

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from supervisor.config.extras import install_hint
 from supervisor.config.model import Config, ConfigError, ConfigIssue
 from supervisor.config.reader import join
 from supervisor.queue.context import JobContext
@@ -106,6 +107,9 @@ def _resolve(target: str, modules: dict[str, Any]) -> Callable[..., Any]:
     module = modules[module_name]
     if isinstance(module, BaseException):
         detail = f"{type(module).__name__}: {module}"
+        hint = install_hint(module.name) if isinstance(module, ModuleNotFoundError) else ""
+        if hint:
+            detail += f" (an optional extra: {hint})"
         raise _ImportProblem(f"cannot import module {module_name!r}: {detail}")
     found: Any = module
     owner = f"module {module_name!r}"

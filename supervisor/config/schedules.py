@@ -12,6 +12,7 @@ from supervisor.config.fields import (
     Section,
     check_kind,
     choice,
+    described,
     duration,
     integer,
     named_bodies,
@@ -99,6 +100,7 @@ def _zone_exists(name: str) -> bool:
     return True
 
 
+@described({"type": "object"})
 def _job_args(reader: Reader, node: Node) -> dict[str, object]:
     """A job's arguments as written: a mapping of plain values that JSON can carry."""
     if not isinstance(node, MappingNode):

@@ -20,6 +20,7 @@ from supervisor.config.fields import (
     check_kind,
     choice,
     clock,
+    described,
     duration,
     fraction,
     integer,
@@ -141,6 +142,7 @@ def _named_entries(section: Section, what: str) -> list[tuple[str, Node, Node]]:
     return accepted
 
 
+@described({"type": "string", "pattern": "^[A-Za-z_][\\w.]*:[A-Za-z_][\\w.]*$"})
 def _handler_target(reader: Reader, node: Node) -> str:
     value = text(max_chars=1000)(reader, node)
     module, colon, function = value.partition(":")
@@ -184,6 +186,7 @@ def _database(s: Section) -> DatabaseConfig:
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
+@described({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"})
 def _host_name(reader: Reader, node: Node) -> str:
     value = text(max_chars=64)(reader, node)
     if not _HOST_NAME.fullmatch(value):
@@ -207,6 +210,7 @@ def _host(reader: Reader, top: Section) -> str | None:
     return override
 
 
+@described({"type": "string", "minLength": 1, "description": "a connection string"})
 def _dsn(reader: Reader, node: Node) -> str:
     value = reader.text(node, "a connection string")
     # An empty dsn (often an unset variable) must not quietly fall back to a throwaway

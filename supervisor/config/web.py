@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from yaml.nodes import Node, SequenceNode
 
-from supervisor.config.fields import Section, boolean, text
+from supervisor.config.fields import Section, boolean, described, text
 from supervisor.config.model import WebConfig
 from supervisor.config.reader import Bad, Reader
 
@@ -57,4 +57,7 @@ def names(check: Callable[[str], str]) -> Callable[[Reader, Node], tuple[str, ..
         nodes = node.value if isinstance(node, SequenceNode) else [node]
         return tuple(check(text(max_chars=253)(reader, item)) for item in nodes)
 
-    return convert
+    item = {"type": "string", "minLength": 1, "maxLength": 253}
+    return described(
+        {"anyOf": [item, {"type": "array", "items": item}], "description": "a list of strings"}
+    )(convert)

@@ -32,6 +32,9 @@ class JobContext:
     lease_id: int
     worker: str
     created_at: datetime
+    # The W3C trace context the job was enqueued under (pgq.enqueue's traceparent, or the
+    # enqueuer's current OpenTelemetry span), or None.
+    traceparent: str | None = None
     # Monotonic-clock deadline from the kind's timeout; None when the kind has no timeout.
     deadline: float | None = None
     # A batch's `then` job sees how its batch ended: {"id", "total", "completed", "discarded",

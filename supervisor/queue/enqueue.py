@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from supervisor.queue import tracecontext as tracing
 from supervisor.queue.queries import query
 
 DEFAULT_QUEUE = "default"
@@ -61,6 +62,8 @@ class NewJob:
     run_at: datetime | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     unique_key: str | None = None
+    # The W3C trace context to continue when the job runs; None: the current span's, if any.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,10 @@ class _Row:
     delay: float
     max_attempts: int
     unique_key: str | None
+    traceparent: str | None = None
 
 
-def _check_name(what: str, value: object, *, printable: bool = True) -> str:
+def check_name(what: str, value: object, *, printable: bool = True) -> str:
     if not isinstance(value, str):
         raise EnqueueError(f"{what} must be a string, not {type(value).__name__}")
     if not value.strip():
@@ -163,9 +167,20 @@ def _seconds(what: str, value: float | timedelta | None) -> float:
     return float(seconds)
 
 
-def _validate(job: NewJob) -> _Row:
-    kind = _check_name("kind", job.kind)
-    queue = _check_name(f"job {kind!r}: queue", job.queue)
+def _traceparent(kind: str, given: str | None, current: str | None) -> str | None:
+    if given is None:
+        return current
+    if not tracing.valid(given):
+        raise EnqueueError(
+            f"job {kind!r}: traceparent must be a W3C trace context like "
+            f"00-<32 hex digits>-<16 hex digits>-01, got {given[:80]!r}"
+        )
+    return given
+
+
+def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
+    kind = check_name("kind", job.kind)
+    queue = check_name(f"job {kind!r}: queue", job.queue)
     priority = _int(f"job {kind!r}: priority", job.priority)
     low, high = PRIORITY_RANGE
     if not low <= priority <= high:
@@ -191,7 +206,7 @@ def _validate(job: NewJob) -> _Row:
     if unique_key is not None:
         # Keys are the application's own identifiers, never logged as names: only NUL and
         # lone surrogates (which cannot be stored) are refused.
-        unique_key = _check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
+        unique_key = check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
     return _Row(
         queue=queue,
         kind=kind,
@@ -201,6 +216,7 @@ def _validate(job: NewJob) -> _Row:
         delay=delay,
         max_attempts=max_attempts,
         unique_key=unique_key,
+        traceparent=_traceparent(kind, job.traceparent, current_trace),
     )
 
 
@@ -258,6 +274,7 @@ def _new_job(
     run_at: datetime | None,
     max_attempts: int,
     unique_key: str | None,
+    traceparent: str | None,
 ) -> _Row:
     return _validate(
         NewJob(
@@ -269,7 +286,9 @@ def _new_job(
             run_at,
             max_attempts,
             unique_key,
-        )
+            traceparent,
+        ),
+        tracing.current_traceparent() if traceparent is None else None,
     )
 
 
@@ -283,6 +302,7 @@ def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
         "delay": row.delay,
         "max_attempts": row.max_attempts,
         "unique_key": row.unique_key,
+        "traceparent": row.traceparent,
         "notify": notify,
     }
     while True:
@@ -308,15 +328,19 @@ def enqueue(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     unique_key: str | None = None,
     notify: bool = True,
+    traceparent: str | None = None,
 ) -> int:
     """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
 
     Higher ``priority`` runs first within a queue. A job due later (``delay``, ``run_at``) waits
     as 'scheduled' until a supervisor's stager makes it available at its time. With
     ``unique_key``, an enqueue while a job with that key waits or runs returns that job's id and
-    writes nothing.
+    writes nothing. The job keeps ``traceparent`` (a W3C trace context), by default the current
+    OpenTelemetry span's, so that its attempts continue the enqueuer's trace.
     """
-    row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key)
+    row = _new_job(
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent
+    )
     return int(_run(conn, _enqueue_steps(row, notify)))
 
 
@@ -332,9 +356,12 @@ async def enqueue_async(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     unique_key: str | None = None,
     notify: bool = True,
+    traceparent: str | None = None,
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
-    row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key)
+    row = _new_job(
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent
+    )
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
 
@@ -352,6 +379,7 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
             "delays": [r.delay for r in rows],
             "max_attempts": [r.max_attempts for r in rows],
             "unique_keys": [r.unique_key for r in rows],
+            "traceparents": [r.traceparent for r in rows],
         },
         "all",
     )
@@ -392,7 +420,8 @@ def enqueue_many(
     A job whose unique key is already held (or repeated earlier in the batch) gets the id of the
     job holding it. Every job is validated before anything is sent.
     """
-    rows = [_validate(job) for job in jobs]
+    current = tracing.current_traceparent()
+    rows = [_validate(job, current) for job in jobs]
     return list(_run(conn, _enqueue_many_steps(rows, notify)))
 
 
@@ -400,5 +429,6 @@ async def enqueue_many_async(
     conn: psycopg.AsyncConnection[Any], jobs: Iterable[NewJob], *, notify: bool = True
 ) -> list[int]:
     """``enqueue_many`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
-    rows = [_validate(job) for job in jobs]
+    current = tracing.current_traceparent()
+    rows = [_validate(job, current) for job in jobs]
     return list(await _run_async(conn, _enqueue_many_steps(rows, notify)))

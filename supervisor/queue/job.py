@@ -24,6 +24,8 @@ class Job(NamedTuple):
     created_at: datetime
     # The `then` job of a batch: {"id", "total", "completed", "discarded", "cancelled"}.
     batch: dict[str, Any] | None = None
+    # The W3C trace context it was enqueued under (migration 0024), or None.
+    traceparent: str | None = None
     # What the handler returned, as JSON text, once it completed (None: nothing to keep).
     result: str | None = None
 

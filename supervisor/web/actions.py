@@ -168,6 +168,63 @@ class Actions:
             return Done(f"resumed queue {queue}: its workers were woken")
         return Done(f"queue {queue} was not paused")
 
+    async def bulk_slice(
+        self,
+        name: str,
+        params: dict[str, Any],
+        *,
+        top: int,
+        floor: int,
+        below: int | None,
+        limit: int,
+    ) -> Sliced:
+        """One slice of an action on everything a filter matches (supervisor.web.bulk): the
+        next ``limit`` matching ids below ``below``, locked, acted on in this transaction."""
+        from supervisor.web.finder import web_query
+
+        def work(conn: psycopg.Connection[Any]) -> Sliced:
+            conn.execute(web_query("web_bound"))
+            found = conn.execute(
+                web_query("web_slice_ids"),
+                {**params, "top": top, "floor": floor, "below": below, "limit": limit},
+            ).fetchall()
+            ids = [row[0] for row in found]
+            changed = self._act(conn, name, ids) if ids else []
+            return Sliced(ids, changed, len(ids) - len(changed), min(ids) if ids else None)
+
+        return await self._run(work)
+
+    async def bulk_ids(self, name: str, ids: list[int]) -> Done:
+        """An action on the jobs ticked in the list."""
+        changed = await self._run(lambda conn: self._act(conn, name, ids))
+        left = len(ids) - len(changed)
+        verb = {"cancel": "cancelled or stopping", "run-now": "made due now"}.get(name, "replayed")
+        rest = f"; {left} left as they were (not in a state it applies to)" if left else ""
+        return Done(f"{verb} {len(changed)} of {len(ids)} jobs ({listing(ids)}){rest}", changed)
+
+    def _act(self, conn: psycopg.Connection[Any], name: str, ids: list[int]) -> tuple[int, ...]:
+        """Apply ``name`` to ``ids`` with the library's own functions; the ids it changed."""
+        if name == "cancel":
+            done = control.cancel(conn, ids, history=self._history)
+            return tuple(sorted([*done.cancelled, *done.requested]))
+        if name == "run-now":
+            return tuple(i for i in ids if control.retry_now(conn, i) is not None)
+        if name == "replay":
+            return tuple(maintenance.replay(conn, maintenance.ReplayFilter(ids=ids)).ids)
+        raise ValueError(f"unknown bulk action {name!r}")
+
+
+@dataclass(frozen=True)
+class Sliced:
+    ids: list[int]  # the jobs this slice looked at, highest first
+    changed: tuple[int, ...]  # the ones the action changed
+    skipped: int  # the others (finished meanwhile, a unique key held)
+    lowest: int | None  # where the next slice starts (below it)
+
+    @property
+    def acted(self) -> int:
+        return len(self.changed)
+
 
 def _jobs(n: int) -> str:
     return "1 dead letter" if n == 1 else f"{n} dead letters"

@@ -2,8 +2,10 @@
 
 Starlette routes, Jinja2 templates, psycopg-pool's AsyncConnectionPool for the pages' reads and
 htmx (vendored in static/) to refresh each page's figures in place. Stable URLs: ``/`` the
-overview, ``/queues/NAME`` a queue's jobs, ``/jobs/ID`` a job (dead letters included),
-``/dead`` the dead letters, ``/workers`` every supervisor and child.
+overview, ``/queues/NAME`` a queue's jobs, ``/jobs`` jobs across queues and states (filters,
+actions on a selection or on everything a filter matches), ``/jobs/ID`` a job (dead letters
+included), ``/history`` the last 24 hours, ``/dead`` the dead letters, ``/workers`` every
+supervisor and child.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.queue.dsn import describe
-from supervisor.web import controls, pages
+from supervisor.web import bulk, controls, daily, pages
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure, ExposureMiddleware
 from supervisor.web.reads import dashboard_query
@@ -104,6 +106,8 @@ def create_app(
             # A queue's page and its actions are told apart by the path's structure
             # (controls.queue_paths), so a queue named "x/pause" shadows nothing.
             *controls.routes(site, pages.queue_page(site)),
+            *bulk.routes(site),
+            *daily.routes(site),
             *pages.routes(site),
             Mount("/static", StaticFiles(directory=HERE / "static")),
         ],

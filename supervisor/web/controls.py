@@ -37,6 +37,8 @@ class Plan:
     fields: Mapping[str, str]
     run: Callable[[], Awaitable[Done]]
     danger: bool = False
+    # The way out, worded so it cannot be read as the action: "Keep job 230", not "Cancel".
+    keep: str = "Go back"
 
 
 def action(
@@ -55,7 +57,9 @@ def action(
                 "it does not act",
             )
         if request.method == "GET":
-            values = {**request.query_params, **request.path_params}
+            # A repeated field (the ticked boxes of /jobs: ids=4&ids=7) arrives joined.
+            query = request.query_params
+            values = {k: " ".join(query.getlist(k)) for k in query} | request.path_params
             return site.render(request, "confirm.html", plan=plan_for(values))
         form = await request.form()
         problem = csrf_problem(request, form, site.exposure.host_allowed)
@@ -135,6 +139,7 @@ def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> 
             fields=kept,
             run=lambda: site.actions.purge(older, kept.get("kind"), kept.get("queue")),
             danger=True,
+            keep="Keep them",
         )
 
     def cancel_job(values: Mapping[str, Any]) -> Plan:
@@ -148,6 +153,7 @@ def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> 
             fields={},
             run=lambda: site.actions.cancel(job_id),
             danger=True,
+            keep=f"Keep job {job_id}",
         )
 
     def resolve_job(values: Mapping[str, Any]) -> Plan:

@@ -16,13 +16,13 @@ import psycopg
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
 from supervisor.web import doctor_page, jobpage, reads
-from supervisor.web.site import Site, duration
+from supervisor.web.site import REFRESH_CHOICES, REFRESH_COOKIE, Site, duration, root_path
 
 log = logging.getLogger("pgq.web")
 
@@ -106,8 +106,22 @@ def routes(site: Site) -> list[Route]:
         view = await doctor_page.read(site.pool, site.config)
         return site.render(request, "doctor.html", view=view)
 
+    async def refresh(request: Request) -> Response:
+        """The header's refresh control: remember the choice, go back to the page."""
+        every = request.query_params.get("every", "")
+        back = request.query_params.get("back", "/")
+        if not back.startswith("/") or back.startswith("//"):
+            back = "/"  # only a path of this site: never a redirect elsewhere
+        response = RedirectResponse(root_path(request) + back, status_code=303)
+        if every.isdigit() and int(every) in REFRESH_CHOICES:
+            response.set_cookie(
+                REFRESH_COOKIE, every, max_age=365 * 86400, httponly=True, samesite="strict"
+            )
+        return response
+
     return [
         Route("/", overview),
+        Route("/refresh", refresh),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),
         Route("/workers", workers),

@@ -27,8 +27,16 @@ from supervisor.web.security import CSRF_FIELD
 from supervisor.web.throughput import Throughput
 
 FLASH_COOKIE = "pgq_flash"
-# How often a page refreshes its figures.
+# How often a page refreshes its figures, by default; the header's control chooses another
+# (a cookie: it follows the operator from page to page). 0 stops the refresh.
 REFRESH_SECONDS = 2
+REFRESH_COOKIE = "pgq_refresh"
+REFRESH_CHOICES = (0, 2, 10, 60)
+
+
+def refresh_of(request: Request) -> int:
+    raw = request.cookies.get(REFRESH_COOKIE, "")
+    return int(raw) if raw.isdigit() and int(raw) in REFRESH_CHOICES else REFRESH_SECONDS
 
 
 @dataclass
@@ -57,7 +65,8 @@ class Site:
             # Where the app is mounted ("" at the root, "/pgq" under a Mount): every link starts
             # with it.
             root=root_path(request),
-            refresh=REFRESH_SECONDS,
+            refresh=refresh_of(request),
+            refresh_choices=REFRESH_CHOICES,
             read_only=self.web.read_only,
             **values,
         )
@@ -86,6 +95,8 @@ def templates(folder: Path) -> Environment:
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.globals["share"] = share
     env.globals["sparkline"] = charts.sparkline
+    env.globals["bars"] = charts.bars
+    env.globals["zip"] = zip
     env.globals["since"] = lambda now, moment: (
         age((now - moment).total_seconds()) if moment else "-"
     )

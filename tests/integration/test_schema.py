@@ -56,6 +56,7 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "errors": ("jsonb", False),
         "batch_id": ("bigint", False),
         "batch": ("jsonb", False),
+        "traceparent": ("text", False),
     }
 
 

@@ -53,10 +53,18 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     assert "supervisor/doctor/horizon.py" in names
     assert "supervisor/web/templates/overview.html" in names
     assert "supervisor/web/static/htmx.min.js" in names
+    # The command line's and /jobs' SQL, the optional args index, the editors' JSON Schema.
+    assert "supervisor/sql/cli.sql" in names and "supervisor/sql/web_jobs.sql" in names
+    assert "supervisor/sql/optional/jobs_args_index.sql" in names
+    assert "supervisor/config/pgq-supervisor.schema.json" in names
     dist_info = f"pgq_supervisor-{supervisor.__version__}.dist-info"
     assert any(n.startswith(f"{dist_info}/licenses/LICENSE") for n in names)
     metadata = wheel.read(f"{dist_info}/METADATA").decode()
     assert f"Version: {supervisor.__version__}" in metadata  # one place for the version
+    # What PyPI shows: classifiers, project URLs, the extras.
+    assert "Classifier: Topic :: Database" in metadata
+    assert "Project-URL: Documentation," in metadata
+    assert "Provides-Extra: otel" in metadata and "Provides-Extra: docs" in metadata
 
 
 def test_supervisord_in_the_same_environment_is_named(tmp_path: Path) -> None:

@@ -1,0 +1,12 @@
+-- Optional: an index that serves the dashboard's search by arguments (/jobs?args={...}) on a
+-- large pgq.jobs. Not a migration, because it is not free: every insert and every claim of a
+-- job (a claim changes indexed columns, so it is never a HOT update) adds an entry per
+-- argument value to it; see docs/how-to/dashboard.md for the measured cost. Build it only when
+-- searching by arguments matters more than that.
+--
+-- CONCURRENTLY: no lock that blocks enqueues or claims while it builds (it takes longer, and
+-- cannot run inside a transaction: run this file with psql, not inside BEGIN).
+--   psql "$PGQ_DSN" -f sql/optional/jobs_args_index.sql
+-- The dashboard notices the index by its name and uses it. To drop it:
+--   DROP INDEX CONCURRENTLY pgq.jobs_args;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_args ON pgq.jobs USING gin (args jsonb_path_ops);
