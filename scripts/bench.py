@@ -1,8 +1,10 @@
-"""The benchmark suite: our supervisor side by side with PgQueuer, Procrastinate and the
-database's own limit, on one server, in one run. Figures as text, then one JSON line.
+"""The benchmark suite: our supervisor side by side with PgQueuer, Procrastinate, Graphile
+Worker (Node.js; npm installs it into a temporary folder) and the database's own limit, on one
+server, in one run. Figures as text, then one JSON line.
 
     python scripts/bench.py [--dsn DSN] [--jobs 20000] [--batches 1,10,100] [--processes 2]
                             [--repeats 3] [--only drain,pickup,...,long] [--no-peers]
+                            [--peers pgqueuer,procrastinate,graphile-worker]
                             [--long-jobs 300000] [--future-jobs 200000]
 
 The DSN defaults to PGQ_BENCH_DSN, then the machine's PostgreSQL on 127.0.0.1:5432. Every
@@ -58,6 +60,12 @@ def peers_available() -> dict[str, Any]:
     for name, module in PEERS.items():
         if importlib.util.find_spec(module) is not None:
             found[name] = __import__(f"benchlib.peers_{name}", fromlist=["drain"])
+    # Graphile Worker is a Node.js package: npm installs it into a temporary folder at its
+    # first use (benchlib/peers_graphile.py), when node and npm are on the PATH.
+    from benchlib import peers_graphile
+
+    if peers_graphile.available():
+        found["graphile-worker"] = peers_graphile
     return found
 
 
@@ -86,6 +94,12 @@ def run_drains(args: argparse.Namespace, peers: dict[str, Any], log: Path) -> di
                 )
                 record("pgqueuer", batch, result)
                 this["pgqueuer"] = result["jobs_per_s"]
+            if "graphile-worker" in peers:
+                result = peers["graphile-worker"].drain(
+                    args.dsn, args.jobs, args.processes, batch, log_dir=log
+                )
+                record("graphile-worker", batch, result)
+                this["graphile-worker"] = result["jobs_per_s"]
             if "procrastinate" in peers:
                 result = peers["procrastinate"].drain(
                     args.dsn, args.procrastinate_jobs, args.processes, batch, log_dir=log
@@ -278,6 +292,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument(
+        "--peers", default=None, help="only these peers (comma-separated), of those installed"
+    )
     parser.add_argument("--history-rows", type=int, default=1_000_000)
     parser.add_argument("--long-jobs", type=int, default=300_000)
     parser.add_argument("--future-jobs", type=int, default=200_000)
@@ -288,7 +305,10 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
     peers = {} if args.no_peers else peers_available()
-    if not args.no_peers and len(peers) < len(PEERS):
+    if args.peers is not None:
+        wanted = set(args.peers.split(","))
+        peers = {name: module for name, module in peers.items() if name in wanted}
+    if not args.no_peers and args.peers is None and len(set(PEERS) & set(peers)) < len(PEERS):
         say(
             f"peers not installed: {sorted(set(PEERS) - set(peers))} "
             "(pip install -e '.[bench]'); measuring without them"

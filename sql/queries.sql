@@ -6,9 +6,12 @@
 -- Inserts one job through the caller's connection. A unique key that is already held by a
 -- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
--- (pgq_scheduled); a job due now wakes its queue's workers (pgq_jobs). NOTIFY deduplicates
--- identical payloads within a transaction, so a transaction that enqueues many jobs to one
--- queue wakes listeners once.
+-- (pgq_scheduled); a job due now wakes its queue's workers (pgq_jobs), but only when a master
+-- has raised the queue's flag in pgq.queue_wakeups (it has a child asleep for it): an index
+-- probe finds whether one is up, and only then pgq.take_wakeups takes every raised flag no
+-- other transaction holds and notifies if it took one, so concurrent producers do not each
+-- take NOTIFY's database-wide commit lock (migration 0021).
+-- NOTIFY deduplicates identical payloads within a transaction.
 WITH inserted AS (
     INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
                           traceparent)
@@ -35,8 +38,10 @@ SELECT
     id,
     CASE
         WHEN NOT %(notify)s THEN NULL
-        WHEN state = 'scheduled' THEN pg_notify('pgq_scheduled', '')
-        ELSE pg_notify('pgq_jobs', queue)
+        WHEN state = 'scheduled' THEN pg_notify('pgq_scheduled', '') IS NULL
+        WHEN EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                     WHERE f.queue = inserted.queue AND f.wanted)
+            THEN pgq.take_wakeups(queue)
     END
 FROM inserted;
 
@@ -58,46 +63,62 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
 -- Inserts many jobs in one statement from parallel arrays. Duplicated unique keys insert
 -- nothing. Jobs due later are written 'scheduled', like enqueue. The rows go in by unique key
 -- (rows without one last, in input order; RETURNING follows the insert order, which follows
--- the ORDER BY): two calls with the same keys in different orders then wait for each other's
--- keys in the same order instead of deadlocking; the caller maps the ids back by key. Each
--- returned row says its queue and whether it waits for later, for the wake-ups.
+-- the ORDER BY, and the final SELECT reads the CTE in that order): two calls with the same keys
+-- in different orders then wait for each other's keys in the same order instead of
+-- deadlocking; the caller maps the ids back by key. Each returned row says its queue and
+-- whether it waits for later. With %(notify)s, the queues that received due jobs are woken as
+-- in enqueue (a probe for a raised flag, then pgq.take_wakeups), in this same statement (no
+-- second round trip).
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
-INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
-                      traceparent)
+WITH inserted AS (
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
+                          traceparent)
+    SELECT
+        t.queue,
+        t.kind,
+        t.args,
+        t.priority,
+        r.run_at,
+        CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        t.max_attempts,
+        t.unique_key,
+        t.traceparent
+    FROM ROWS FROM (
+        unnest(%(queues)s::text[]),
+        unnest(%(kinds)s::text[]),
+        jsonb_array_elements(%(args)s::jsonb),
+        unnest(%(priorities)s::smallint[]),
+        unnest(%(run_ats)s::timestamptz[]),
+        unnest(%(delays)s::float8[]),
+        unnest(%(max_attempts)s::integer[]),
+        unnest(%(unique_keys)s::text[]),
+        unnest(%(traceparents)s::text[])
+    ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
+                           traceparent, ord)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
+    ) AS r
+    ORDER BY t.unique_key COLLATE "C" NULLS LAST, t.ord
+    ON CONFLICT (unique_key)
+        WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+    DO NOTHING
+    RETURNING id, unique_key, state, queue
+)
 SELECT
-    t.queue,
-    t.kind,
-    t.args,
-    t.priority,
-    r.run_at,
-    CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
-    t.max_attempts,
-    t.unique_key,
-    t.traceparent
-FROM ROWS FROM (
-    unnest(%(queues)s::text[]),
-    unnest(%(kinds)s::text[]),
-    jsonb_array_elements(%(args)s::jsonb),
-    unnest(%(priorities)s::smallint[]),
-    unnest(%(run_ats)s::timestamptz[]),
-    unnest(%(delays)s::float8[]),
-    unnest(%(max_attempts)s::integer[]),
-    unnest(%(unique_keys)s::text[]),
-    unnest(%(traceparents)s::text[])
-) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
-                       traceparent, ord)
-CROSS JOIN LATERAL (
-    SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
-) AS r
-ORDER BY t.unique_key COLLATE "C" NULLS LAST, t.ord
-ON CONFLICT (unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
-DO NOTHING
-RETURNING id, unique_key, queue, state = 'scheduled' AS scheduled;
+    id,
+    unique_key,
+    queue,
+    state = 'scheduled' AS scheduled,
+    (SELECT count(*) FILTER (WHERE pgq.take_wakeups(q))
+     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS d(q)
+     WHERE %(notify)s
+       AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted))
+FROM inserted;
 
 -- name: notify_queues
--- One wake-up per queue that received due jobs in a bulk enqueue.
+-- One wake-up per queue in %(queues)s, unconditional: for the operator's verbs (a replay), which
+-- are rare and must wake every host whatever its flags say.
 SELECT pg_notify('pgq_jobs', q)
 FROM unnest(%(queues)s::text[]) AS q;
 
@@ -773,15 +794,64 @@ FROM unnest(
 ) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at, rss_bytes);
 
 -- name: prune_supervisors
--- Forgets supervisors (and, by cascade, their children) that stopped heartbeating.
-DELETE FROM pgq.supervisors
-WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s::float8)
-RETURNING id, host, pid;
+-- Forgets supervisors (and, by cascade, their children) that stopped heartbeating, and their
+-- wake-up flags.
+WITH gone AS (
+    DELETE FROM pgq.supervisors
+    WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s::float8)
+    RETURNING id, host, pid
+),
+flags AS (
+    DELETE FROM pgq.queue_wakeups AS w
+    USING gone
+    WHERE w.supervisor_id = gone.id
+)
+SELECT id, host, pid FROM gone;
 
 -- name: unregister_supervisor
--- A supervisor that stops cleanly removes itself.
+-- A supervisor that stops cleanly removes itself, and its wake-up flags.
+WITH flags AS (
+    DELETE FROM pgq.queue_wakeups
+    WHERE supervisor_id = %(id)s
+)
 DELETE FROM pgq.supervisors
 WHERE id = %(id)s;
+
+-- name: want_wakeups
+-- A master raises the wake-up flags of the queues in %(queues)s: it has a child asleep for
+-- them. Only a lowered flag is written (a raised one is not even locked, so an enqueue taking
+-- it never skips it because of us); a missing one is added. Returns the queues whose flag went
+-- up: the master then wakes a child of each once more, so that a job enqueued while the flag
+-- was down, and not notified, is claimed now rather than at the next poll. The flags are hints
+-- (a lost one is written again within a second), so their commit does not wait for the WAL
+-- flush: the master's loop waits on this statement.
+WITH quick AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+raised AS (
+    UPDATE pgq.queue_wakeups
+    SET wanted = true
+    WHERE supervisor_id = %(supervisor_id)s
+      AND queue = ANY(%(queues)s::text[])
+      AND NOT wanted
+    RETURNING queue
+),
+added AS (
+    INSERT INTO pgq.queue_wakeups (queue, supervisor_id)
+    SELECT q, %(supervisor_id)s
+    FROM unnest(%(queues)s::text[]) AS q
+    ON CONFLICT (queue, supervisor_id) DO NOTHING
+    RETURNING queue
+)
+SELECT f.queue
+FROM quick
+LEFT JOIN (SELECT queue FROM raised UNION ALL SELECT queue FROM added) AS f ON true;
+
+-- name: forget_wakeups
+-- A master's flags for queues it no longer serves (after a reload), or all of them (null).
+DELETE FROM pgq.queue_wakeups
+WHERE supervisor_id = %(supervisor_id)s
+  AND (%(keep)s::text[] IS NULL OR NOT queue = ANY(%(keep)s::text[]));
 
 -- name: list_supervisors
 -- Live supervisors, for status.

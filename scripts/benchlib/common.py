@@ -64,6 +64,9 @@ CREATE UNLOGGED TABLE IF NOT EXISTS bench_ready (
 ENQUEUE_MARKER_FUNCTION = """
 CREATE OR REPLACE FUNCTION bench_mark_enqueued() RETURNS trigger
 LANGUAGE plpgsql
+-- Its own search_path: an insert from inside a function with a pinned one (pgq.enqueue)
+-- must still find the side table.
+SET search_path = public, pg_catalog
 AS $$
 BEGIN
     INSERT INTO bench_enqueued (job_id, at) VALUES (NEW.id, clock_timestamp());

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import psycopg
@@ -23,3 +24,8 @@ def record_start(*, job: Any, **_: Any) -> None:
     if conn is None:  # opened lazily in the child, never across a fork
         conn = _side[pid] = psycopg.connect(os.environ[DSN_ENV], autocommit=True)
     conn.execute("INSERT INTO bench_started (job_id, at) VALUES (%s, clock_timestamp())", (job.id,))
+
+
+def sleep(seconds: float = 0.0, **_: Any) -> None:
+    """A handler waiting on I/O: sleeps, holding no CPU (scripts/scaling_bench.py)."""
+    time.sleep(seconds)

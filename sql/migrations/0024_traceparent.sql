@@ -96,8 +96,11 @@ BEGIN
         IF job_id IS NOT NULL THEN
             IF enqueue.run_at > now() THEN
                 PERFORM pg_notify('pgq_scheduled', '');
-            ELSE
-                PERFORM pg_notify('pgq_jobs', enqueue.queue);
+            -- A due job wakes its queue only while a master has raised its wake-up flag
+            -- (0021_enqueue_wakeups: no NOTIFY, and so no commit lock, in every transaction).
+            ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                          WHERE f.queue = enqueue.queue AND f.wanted) THEN
+                PERFORM pgq.take_wakeups(enqueue.queue);
             END IF;
             RETURN job_id;
         END IF;

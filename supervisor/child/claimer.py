@@ -80,6 +80,9 @@ class Claimer:
                 self.woke_from_idle = False
                 return jobs
             self.board.count(Counter.CLAIMS_EMPTY)
+        # Every queue was empty: the master raises their wake-up flags (master/wakeups.py),
+        # so that the next enqueue to them notifies.
+        self.process.report(b"I")
         return []
 
     def _order(self) -> list[str]:

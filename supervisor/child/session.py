@@ -21,6 +21,7 @@ import psycopg
 from supervisor.child.process import ChildProcess
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect
+from supervisor.queue.loaders import use_fast_json
 from supervisor.shared.board import State
 
 log = logging.getLogger("pgq.worker")
@@ -67,6 +68,7 @@ class ChildSession:
                     connect_timeout=database.connect_timeout,
                     pooled=database.pooled,
                 )
+                use_fast_json(self.conn)  # the claimed jobs' args (queue/loaders.py)
                 self._give_back_lost_claims()
                 return True
             except DatabaseError as exc:
@@ -93,6 +95,7 @@ class ChildSession:
                 connect_timeout=self.spec.config.database.connect_timeout,
                 pooled=self.spec.config.database.pooled,
             )
+            use_fast_json(self.conn)
         except DatabaseError:
             return False
         self._give_back_lost_claims()

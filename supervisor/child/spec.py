@@ -24,7 +24,8 @@ class ChildSpec:
     kinds: list[str]
     board: Board
     wake_fd: int  # read end: the master writes a byte here to wake an idle child
-    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling), b"S" scheduled
+    report_fd: int  # write end: b"R" ready, b"M" a full batch (wake a sibling), b"S" scheduled,
+    # b"I" found nothing to claim (raise the wake-up flags)
     master_pid: int
     max_jobs: int | None  # already jittered by the master
     inherited_fds: list[int]  # the master's descriptors, closed right after the fork

@@ -29,6 +29,7 @@ from supervisor.master.pools import PoolRuntime
 from supervisor.master.reaping import Reaping
 from supervisor.master.slots import Slots
 from supervisor.master.stopping import Stopping
+from supervisor.master.wakeups import WakeupFlags
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
 from supervisor.services.base import Service
 from supervisor.services.cancel_watch import CancelWatch
@@ -117,6 +118,7 @@ class Master(Slots, Reaping, Stopping):
         self.vacuum = QueueVacuum(self, self.selector)
         self.reconciler = Reconciler(self, load_reconcilers(config))
         self.stager = Stager(self)
+        self.wakeups = WakeupFlags(self)
         self.services: list[Service] = []
         self.metrics_services: list[Service] = []
         self.title = ""
@@ -141,6 +143,7 @@ class Master(Slots, Reaping, Stopping):
             self.handle_signals,
             self.reap_children,
             self.handle_wakeups,
+            self.wakeups.flush,
             self.run_due_services,
             self.escalate_kills,
             self.tend_slots,
@@ -202,6 +205,7 @@ class Master(Slots, Reaping, Stopping):
         self.build_services()
         for name, pool in self.config.pools.items():
             self.pools[name] = self.new_pool_runtime(pool)
+        self.wakeups.configure()
         log.info(
             "supervisor %s started: %d pools, %d children, config %s",
             self.supervisor_id,
@@ -362,7 +366,12 @@ class Master(Slots, Reaping, Stopping):
             elif self.metrics is not None:
                 self.metrics.handle(key)
         if self.listener is not None:
+            fd = self.listener.fd
             self.listener.refresh()
+            if self.listener.fd is not None and self.listener.fd != fd:
+                # NOTIFYs sent while the listener was away are lost: a flag they took stays
+                # down until written again.
+                self.wakeups.reassert_soon()
 
     def handle_listener(self) -> None:
         assert self.listener is not None
@@ -371,10 +380,12 @@ class Master(Slots, Reaping, Stopping):
             self.stager.soon()
         for queue in heard.queues:
             self.wake_queue(queue)
+            self.wakeups.taken(queue)
 
     def handle_report(self, child: Child) -> None:
-        """What a child wrote on its report pipe: b"M" (a full batch: wake a sibling) and
-        b"S" (retries or snoozes for later were written: the stager looks again)."""
+        """What a child wrote on its report pipe: b"M" (a full batch: wake a sibling),
+        b"S" (retries or snoozes for later were written: the stager looks again) and b"I"
+        (its claim found nothing: the queues' wake-up flags go up)."""
         try:
             data = os.read(child.report_fd, 4096)
         except (BlockingIOError, OSError):
@@ -383,6 +394,8 @@ class Master(Slots, Reaping, Stopping):
             self.wake_idle(child.pool, exclude=child)
         if b"S" in data:
             self.stager.soon()
+        if b"I" in data:
+            self.wakeups.child_idle(child.pool)
 
     def wake_queue(self, queue: str) -> None:
         """Wake one child of every pool that serves ``queue``: it has jobs due now."""

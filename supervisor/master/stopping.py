@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from supervisor.config.handlers import Handler
     from supervisor.master.listener import Listener
     from supervisor.master.pools import PoolRuntime
+    from supervisor.master.wakeups import WakeupFlags
     from supervisor.observability.metrics import MetricsServer
     from supervisor.services.database import MasterDatabase
     from supervisor.services.requeue import Requeuer
@@ -39,6 +40,7 @@ class Stopping:
     listener: Listener | None
     metrics: MetricsServer | None
     supervisor_id: str
+    wakeups: WakeupFlags
     # and the Master's own methods it calls (new_pool_runtime, build_services, side_sessions)
 
     def reload(self) -> None:
@@ -89,6 +91,7 @@ class Stopping:
             if name not in new.pools:
                 log.info("reload: pool %s removed", name)
         self.build_services()
+        self.wakeups.configure()
 
     def begin_stop(self, why: str) -> None:
         if self.stopping:

@@ -149,15 +149,27 @@ def _notifications(listener: psycopg.Connection[Any]) -> list[str]:
     return [n.payload for n in listener.notifies(timeout=0.5, stop_after=100)]
 
 
+def _want(conn: psycopg.Connection[Any], *queues: str) -> None:
+    """Raise the wake-up flags of these queues, as a master with idle children does."""
+    for queue in queues:
+        conn.execute(
+            "INSERT INTO pgq.queue_wakeups (queue, supervisor_id) VALUES (%s, 'test') "
+            "ON CONFLICT (queue, supervisor_id) DO UPDATE SET wanted = true",
+            (queue,),
+        )
+
+
 def test_notify_once_per_transaction_and_queue_and_never_for_later_jobs(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as app:
         listener.execute("LISTEN pgq_jobs")
+        _want(listener, "pdf", "webhooks", "later")
         with app.transaction():
             for i in range(5):
                 enqueue(app, "noop", {"i": i}, queue="pdf")
             enqueue(app, "noop", {}, queue="webhooks")
             enqueue(app, "noop", {}, queue="later", delay=60)
         assert sorted(_notifications(listener)) == ["pdf", "webhooks"]
+        _want(listener, "pdf")
         with app.transaction():
             enqueue_many(
                 app,
@@ -183,12 +195,17 @@ def test_delay_accepts_timedelta(conn: psycopg.Connection[Any]) -> None:
 def test_a_bulk_enqueue_of_jobs_whose_run_at_is_past_wakes_their_queue(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as app:
         listener.execute("LISTEN pgq_jobs")
+        _want(listener, "overdue")
         past = datetime.now(timezone.utc) - timedelta(minutes=1)
-        with app.transaction():
+        with app.transaction():  # one job (the one-row statement) and two (the array one)
             enqueue_many(app, [NewJob("noop", queue="overdue", run_at=past)])
         assert _notifications(listener) == ["overdue"]
-        state = app.execute("SELECT state FROM pgq.jobs WHERE queue = 'overdue'").fetchone()
-        assert state == ("available",)
+        _want(listener, "overdue")
+        with app.transaction():
+            enqueue_many(app, [NewJob("noop", queue="overdue", run_at=past) for _ in range(2)])
+        assert _notifications(listener) == ["overdue"]
+        states = app.execute("SELECT state FROM pgq.jobs WHERE queue = 'overdue'").fetchall()
+        assert states == [("available",)] * 3
 
 
 def _race(dsn: str, prefix: str, orders: dict[str, list[str]]) -> dict[str, Any]:

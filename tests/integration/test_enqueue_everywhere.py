@@ -98,6 +98,10 @@ def test_async_enqueue_joins_the_callers_transaction_and_notifies_at_commit(dsn:
     async def scenario() -> tuple[int, list[str]]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
             await listener.execute("LISTEN pgq_jobs")
+            await listener.execute(  # the wake-up flags of a master with idle children
+                "INSERT INTO pgq.queue_wakeups (queue, supervisor_id) "
+                "VALUES ('default', 'test'), ('q', 'test')"
+            )
             async with await psycopg.AsyncConnection.connect(dsn) as aconn:
                 async with aconn.transaction(force_rollback=True):
                     await enqueue_async(aconn, "lost")

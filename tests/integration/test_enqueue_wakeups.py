@@ -1,0 +1,133 @@
+"""Enqueue NOTIFYs only while a master has raised the queue's wake-up flag (pgq.queue_wakeups,
+migration 0021), on every way in: the first enqueue takes the flag and notifies, the next finds
+it down and does not, and a flag another open transaction holds is skipped, never waited for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from supervisor import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
+
+
+def _sync(conn: psycopg.Connection[Any], dsn: str, queue: str) -> None:
+    enqueue(conn, "k", queue=queue)
+
+
+def _many(conn: psycopg.Connection[Any], dsn: str, queue: str) -> None:
+    enqueue_many(conn, [NewJob("k", queue=queue), NewJob("k", queue=queue)])
+
+
+def _sql(conn: psycopg.Connection[Any], dsn: str, queue: str) -> None:
+    conn.execute("SELECT pgq.enqueue('k', queue => %s)", (queue,))
+
+
+def _async(conn: psycopg.Connection[Any], dsn: str, queue: str) -> None:
+    async def go() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            await enqueue_async(aconn, "k", queue=queue)
+
+    asyncio.run(go())
+
+
+def _many_async(conn: psycopg.Connection[Any], dsn: str, queue: str) -> None:
+    async def go() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            await enqueue_many_async(aconn, [NewJob("k", queue=queue)])
+
+    asyncio.run(go())
+
+
+PATHS: dict[str, Callable[[psycopg.Connection[Any], str, str], None]] = {
+    "enqueue": _sync,
+    "enqueue_many": _many,
+    "pgq.enqueue": _sql,
+    "enqueue_async": _async,
+    "enqueue_many_async": _many_async,
+}
+
+
+def _raise(conn: psycopg.Connection[Any], queue: str, *hosts: str) -> None:
+    for host in hosts:
+        conn.execute(
+            "INSERT INTO pgq.queue_wakeups (queue, supervisor_id) VALUES (%s, %s) "
+            "ON CONFLICT (queue, supervisor_id) DO UPDATE SET wanted = true",
+            (queue, host),
+        )
+
+
+def _raised(conn: psycopg.Connection[Any], queue: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT supervisor_id FROM pgq.queue_wakeups WHERE queue = %s AND wanted ORDER BY 1",
+        (queue,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _heard(listener: psycopg.Connection[Any], expect: int = 0) -> list[str]:
+    """The NOTIFYs heard: waits up to 5 s for ``expect`` of them, then 0.2 s for any more."""
+    heard = [n.payload for n in listener.notifies(timeout=5.0, stop_after=expect)] if expect else []
+    return heard + [n.payload for n in listener.notifies(timeout=0.2, stop_after=50)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_raised_flag_is_taken_by_one_enqueue_and_notifies_once(dsn: str, path: str) -> None:
+    enqueue_by = PATHS[path]
+    with (
+        psycopg.connect(dsn, autocommit=True) as listener,
+        psycopg.connect(dsn, autocommit=True) as app,
+    ):
+        listener.execute("LISTEN pgq_jobs")
+        # No master wants the queue: the job is written and nobody is woken.
+        enqueue_by(app, dsn, "q")
+        assert _heard(listener) == []
+        # Two hosts have a child asleep for it: one NOTIFY wakes both, and both flags are down.
+        _raise(listener, "q", "host-a", "host-b")
+        _raise(listener, "other", "host-a")
+        enqueue_by(app, dsn, "q")
+        assert _heard(listener, expect=1) == ["q"]
+        assert _raised(listener, "q") == []
+        assert _raised(listener, "other") == ["host-a"]  # another queue's flag is its own
+        # The flags are down until a master raises them again: no second NOTIFY.
+        enqueue_by(app, dsn, "q")
+        assert _heard(listener) == []
+        n = listener.execute("SELECT count(*) FROM pgq.jobs WHERE queue = 'q'").fetchone()
+        assert n is not None and n[0] == (6 if path == "enqueue_many" else 3)
+
+
+def test_a_job_due_later_leaves_the_flag_up(conn: psycopg.Connection[Any]) -> None:
+    _raise(conn, "q", "host-a")
+    enqueue(conn, "k", queue="q", delay=60)
+    enqueue_many(conn, [NewJob("k", queue="q", delay=60)])
+    conn.execute("SELECT pgq.enqueue('k', queue => 'q', run_at => now() + interval '1 hour')")
+    assert _raised(conn, "q") == ["host-a"]
+
+
+@pytest.mark.parametrize("path", ["enqueue", "enqueue_many", "pgq.enqueue"])
+def test_a_flag_held_by_an_open_transaction_is_skipped_not_waited_for(dsn: str, path: str) -> None:
+    enqueue_by = PATHS[path]
+    with (
+        psycopg.connect(dsn, autocommit=True) as listener,
+        psycopg.connect(dsn) as first,
+        psycopg.connect(dsn, autocommit=True) as second,
+    ):
+        listener.execute("LISTEN pgq_jobs")
+        _raise(listener, "q", "host-a")
+        enqueue_by(first, dsn, "q")  # took the flag; its NOTIFY goes at its commit
+        # A waiting enqueue would hit this and fail instead of passing the held flag.
+        second.execute("SET lock_timeout = '200ms'")
+        enqueue_by(second, dsn, "q")
+        assert _heard(listener) == []
+        first.commit()
+        assert _heard(listener, expect=1) == ["q"]
+        # A transaction that took the flag and rolled back leaves it up for the next one.
+        _raise(listener, "q", "host-a")
+        enqueue_by(first, dsn, "q")
+        first.rollback()
+        assert _raised(listener, "q") == ["host-a"]
+        enqueue_by(second, dsn, "q")
+        assert _heard(listener, expect=1) == ["q"]

@@ -1,0 +1,135 @@
+"""The wake-up flags with a real supervisor (supervisor/runtime/wakeups.py): up while children
+sleep, taken by the first enqueue, up again when children go back to sleep; a job enqueued to
+sleeping children is picked up at once on every way in, and one whose wake-up was never sent
+within the poll interval."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from supervisor import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
+from tests.lifecycle.harness import Supervisor, scalar, wait_for
+
+POLL = """
+handlers: {record: tests.handlers:record, sleep: tests.handlers:sleep}
+pools:
+  main: {processes: 2, batch: 1, queues: {default: 1}, poll_interval: %s}
+"""
+
+
+def _flag_up(dsn: str) -> bool:
+    return bool(
+        scalar(dsn, "SELECT count(*) FROM pgq.queue_wakeups WHERE queue = 'default' AND wanted")
+    )
+
+
+def _started(dsn: str, job_id: int) -> datetime | None:
+    return scalar(dsn, "SELECT min(at) FROM test_ledger WHERE job_id = %s", (job_id,))
+
+
+def _by_async(dsn: str, many: bool) -> int:
+    async def go() -> int:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            if many:
+                return (await enqueue_many_async(aconn, [NewJob("record")]))[0]
+            return await enqueue_async(aconn, "record")
+
+    return asyncio.run(go())
+
+
+def _by_sql(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT pgq.enqueue('record')").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_sleeping_children_are_woken_at_once_on_every_way_in(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor(POLL % "30s").start()
+    sup.wait_children(2)
+    paths: dict[str, Callable[[psycopg.Connection[Any]], int]] = {
+        "enqueue": lambda c: enqueue(c, "record"),
+        "enqueue_many": lambda c: enqueue_many(c, [NewJob("record")])[0],
+        "pgq.enqueue": _by_sql,
+        "enqueue_async": lambda c: _by_async(ledger, many=False),
+        "enqueue_many_async": lambda c: _by_async(ledger, many=True),
+    }
+    latencies = {}
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        for path, enqueue_by in paths.items():
+            # Both children asleep after an empty claim: the master has raised the flag.
+            wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what=f"flag up before {path}")
+            job_id = enqueue_by(conn)
+            (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+            started = wait_for(
+                lambda j=job_id: _started(ledger, j), 10, interval=0.005, what=f"{path} pickup"
+            )
+            latencies[path] = (started - committed).total_seconds()
+    # The poll is 15-30 s away: only the NOTIFY the enqueue sent explains these.
+    assert max(latencies.values()) < 1.0, latencies
+    sup.stop()
+
+
+def test_the_flag_is_down_while_children_are_busy_and_up_when_they_sleep(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor(POLL % "30s").start()
+    sup.wait_children(2)
+    wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up at start")
+    with (
+        psycopg.connect(ledger, autocommit=True) as listener,
+        psycopg.connect(ledger, autocommit=True) as conn,
+    ):
+        listener.execute("LISTEN pgq_jobs")
+        # Two long jobs occupy both children (batch 1: the first child wakes its sibling).
+        busy = enqueue_many(conn, [NewJob("sleep", {"seconds": 3}) for _ in range(2)])
+        wait_for(
+            lambda: all(_started(ledger, j) for j in busy), 10, interval=0.01, what="both busy"
+        )
+        list(listener.notifies(timeout=0.2, stop_after=50))  # the two long jobs' wake-up
+        # The first enqueue to busy children takes the flag (a master may still have raised it
+        # for the second child before that one claimed); nothing raises it again meanwhile.
+        first = enqueue(conn, "record")
+        assert not _flag_up(ledger)
+        later = [enqueue(conn, "record") for _ in range(5)]
+        assert not _flag_up(ledger)
+        heard = [n.payload for n in listener.notifies(timeout=0.5, stop_after=10)]
+        assert heard in ([], ["default"]), heard  # at most the one that took the flag
+        # The busy children claim the waiting jobs when their batch ends, not at the poll.
+        done = time.monotonic()
+        wait_for(
+            lambda: all(_started(ledger, j) for j in [first, *later]),
+            10,
+            interval=0.01,
+            what="the waiting jobs run after the long ones",
+        )
+        assert time.monotonic() - done < 6.0
+        # Asleep again after their empty claims: the flag is back up.
+        wait_for(lambda: _flag_up(ledger), 5, interval=0.01, what="flag up again")
+    sup.stop()
+
+
+def test_a_job_whose_wake_up_was_never_sent_waits_at_most_the_poll_interval(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    sup = supervisor(POLL % "2s").start()
+    sup.wait_children(2)
+    wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up")
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        # The race the flags leave open: an enqueue that read the flag down as a master raised
+        # it. Taken down behind the master's back, and no NOTIFY sent.
+        conn.execute("UPDATE pgq.queue_wakeups SET wanted = false")
+        job_id = enqueue(conn, "record", notify=False)
+        (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+        started = wait_for(lambda: _started(ledger, job_id), 10, interval=0.01, what="pickup")
+    assert (started - committed).total_seconds() < 2.5
+    # The master wrote the flag up again (it re-asserts them every second).
+    wait_for(lambda: _flag_up(ledger), 5, interval=0.05, what="flag re-asserted")
+    sup.stop()
