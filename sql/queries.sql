@@ -11,7 +11,7 @@
 -- queue wakes listeners once.
 WITH inserted AS (
     INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
-                          traceparent)
+                          traceparent, tenant)
     SELECT
         %(queue)s::text,
         %(kind)s::text,
@@ -21,7 +21,8 @@ WITH inserted AS (
         CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
         %(max_attempts)s::integer,
         %(unique_key)s::text,
-        %(traceparent)s::text
+        %(traceparent)s::text,
+        %(tenant)s::text
     FROM (
         SELECT coalesce(%(run_at)s::timestamptz,
                         now() + make_interval(secs => %(delay)s::float8)) AS run_at
@@ -64,7 +65,7 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
 INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
-                      traceparent)
+                      traceparent, tenant)
 SELECT
     t.queue,
     t.kind,
@@ -74,7 +75,8 @@ SELECT
     CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
     t.max_attempts,
     t.unique_key,
-    t.traceparent
+    t.traceparent,
+    t.tenant
 FROM ROWS FROM (
     unnest(%(queues)s::text[]),
     unnest(%(kinds)s::text[]),
@@ -84,9 +86,10 @@ FROM ROWS FROM (
     unnest(%(delays)s::float8[]),
     unnest(%(max_attempts)s::integer[]),
     unnest(%(unique_keys)s::text[]),
-    unnest(%(traceparents)s::text[])
+    unnest(%(traceparents)s::text[]),
+    unnest(%(tenants)s::text[])
 ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
-                       traceparent, ord)
+                       traceparent, tenant, ord)
 CROSS JOIN LATERAL (
     SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
 ) AS r

@@ -57,6 +57,7 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "batch_id": ("bigint", False),
         "batch": ("jsonb", False),
         "traceparent": ("text", False),
+        "tenant": ("text", False),
     }
 
 
