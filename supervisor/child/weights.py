@@ -1,19 +1,34 @@
-"""Choosing which queue a child claims from next, by weight.
+"""Choosing the order a child's claim tries its pool's queues in, and where each queue's tenant
+rotation resumes. One claim statement then takes a batch across them (sql/queries.sql, claim).
 
-Smooth weighted round-robin (the algorithm nginx uses for upstreams): every pick, each queue's
-current score grows by its weight; the highest score wins and pays back the total. With weights
-{pdf: 3, reports: 1} the picks run pdf, pdf, reports, pdf, ... : each queue gets exactly its
-share of every `total weight` picks, spread out rather than in bursts, with no randomness to
-make tests or operators guess.
+Queues: smooth weighted round-robin (the algorithm nginx uses for upstreams) among the queues
+that had work: every pick, each one's score grows by its weight; the highest score goes first
+and pays back their total. With weights {pdf: 3, reports: 1} the order starts pdf, pdf,
+reports, pdf, ... : while both have work, a weight-1 queue beside a weight-3 queue gets 1 claim
+in 4 whatever the backlog, spread out, with no randomness to make tests or operators guess.
 
-A queue with nothing due is skipped for that claim (the next best score is tried), so an empty
-queue never wastes its turn and a flooded one never starves the others: while both have work,
-a weight-1 queue beside a weight-3 queue gets 1 claim in 4 whatever the backlog.
+A queue the claim found empty goes to the back of the order for ``EMPTY_FOR`` seconds: the claim
+statement only reaches it when the queues ahead cannot fill the batch, so a pool of a hundred
+queues with one busy costs about what that queue alone costs, and an idle queue never takes a
+turn or shifts the others' shares. It is back in the rotation within ``EMPTY_FOR``, and any
+claim that comes up short reaches it anyway.
+
+Tenants: inside a queue the claim visits the tenants with available jobs in tenant order, from
+where the child's last claim stopped, wrapping around; ``TenantRotation`` remembers that point.
+A tenant's weight is how many jobs it gets per visit, so at batch 1 a weight-3 tenant is visited
+three claims running.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+
+from supervisor.queue.job import Job
+
+EMPTY_FOR = 0.1
+# Tenant keys compare byte by byte, as the claim index does (COLLATE "C"); jobs without a
+# tenant are ''. No tenant may hold a control character, so key + "\x01" is the first key after.
+_AFTER = "\x01"
 
 
 class WeightedQueues:
@@ -23,17 +38,69 @@ class WeightedQueues:
         if any(w <= 0 for w in weights.values()):
             raise ValueError(f"weights must be positive: {dict(weights)}")
         self.weights = dict(weights)
-        self.total = sum(self.weights.values())
         self._score = dict.fromkeys(self.weights, 0)
+        self._empty_until = dict.fromkeys(self.weights, 0.0)
 
-    def order(self) -> Iterator[str]:
-        """Queues to try for the next claim: the weighted pick first, then the fall-throughs.
+    def order(self, now: float) -> list[str]:
+        """Every queue, in the order the next claim should try them: the queues that had work
+        by weighted round-robin (the first one pays for the pick), then those found empty."""
+        active = [q for q in self.weights if self._empty_until[q] <= now]
+        resting = [q for q in self.weights if self._empty_until[q] > now]
+        if not active:
+            return resting
+        for queue in active:
+            self._score[queue] += self.weights[queue]
+        ranked = sorted(active, key=lambda q: -self._score[q])
+        self._score[ranked[0]] -= sum(self.weights[q] for q in active)
+        return ranked + resting
 
-        Only the first queue pays for the pick; if it turns out empty, the caller moves on to
-        the next without charging it, so an idle queue does not shift the others' shares.
-        """
-        for queue, weight in self.weights.items():
-            self._score[queue] += weight
-        ranked = sorted(self.weights, key=lambda q: -self._score[q])
-        self._score[ranked[0]] -= self.total
-        return iter(ranked)
+    def observe(self, order: Sequence[str], claimed: Sequence[Job], limit: int, now: float) -> None:
+        """After a claim of up to ``limit`` jobs that tried ``order``: the queues it reached and
+        found empty rest.
+
+        The statement reaches the queues in order and stops once the batch is full, so a full
+        batch reached the queues up to the last one that gave jobs; a short one reached all."""
+        gave = {job.queue for job in claimed}
+        reached = len(order) - 1
+        if len(claimed) >= limit:
+            reached = max((i for i, q in enumerate(order) if q in gave), default=reached)
+        for queue in order[: reached + 1]:
+            self._empty_until[queue] = now + EMPTY_FOR if queue not in gave else 0.0
+
+    def wake(self, queue: str) -> None:
+        """Jobs arrived on ``queue``: back in the rotation at once."""
+        if queue in self._empty_until:
+            self._empty_until[queue] = 0.0
+
+
+class TenantRotation:
+    """Per queue, the tenant the child's last claim stopped at and how many jobs it had there."""
+
+    def __init__(self, weights: Mapping[str, Mapping[str, int]] | None = None) -> None:
+        self.weights = {q: dict(t) for q, t in (weights or {}).items()}
+        self._at: dict[str, tuple[str, int]] = {}
+
+    def weight(self, queue: str, key: str) -> int:
+        return self.weights.get(queue, {}).get(key, 1)
+
+    def resume(self, queue: str) -> str:
+        """The tenant key the next claim on ``queue`` starts at: the last tenant again while its
+        visit is not over (fewer jobs than its weight), else the one after it."""
+        at = self._at.get(queue)
+        if at is None:
+            return ""
+        key, served = at
+        return key if served < self.weight(queue, key) else key + _AFTER
+
+    def advance(self, queue: str, start: str, jobs: Iterable[Job]) -> None:
+        """Record where a claim that started at ``start`` stopped: the last tenant it visited,
+        in visiting order (from ``start`` to the end of the keys, then from the beginning)."""
+        keys = [job.tenant or "" for job in jobs if job.queue == queue]
+        if not keys:
+            return
+        last = max(keys, key=lambda k: (k < start, k))
+        served = keys.count(last)
+        previous = self._at.get(queue)
+        if previous is not None and previous[0] == last and start == last:
+            served += previous[1]
+        self._at[queue] = (last, served)
