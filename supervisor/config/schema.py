@@ -276,7 +276,7 @@ def _tenants(top: Section) -> dict[str, dict[str, int]]:
     for queue, _, node in _named_entries(section, "queue name"):
         body = Section.of(section.reader, node, section.key_path(queue), "weights")
         body.only("weights")
-        listed = body.section("weights", "tenant: weight, like {acme: 3}", required=True)
+        listed = body.section("weights", "tenant: weight, like {acme: 3}")
         weights = {}
         for tenant, _, weight_node in _named_entries(listed, "tenant"):
             weight = listed.read(
