@@ -7,11 +7,11 @@ and pays back their total. With weights {pdf: 3, reports: 1} the order starts pd
 reports, pdf, ... : while both have work, a weight-1 queue beside a weight-3 queue gets 1 claim
 in 4 whatever the backlog, spread out, with no randomness to make tests or operators guess.
 
-A queue the claim found empty goes to the back of the order for ``EMPTY_FOR`` seconds: the claim
-statement only reaches it when the queues ahead cannot fill the batch, so a pool of a hundred
-queues with one busy costs about what that queue alone costs, and an idle queue never takes a
-turn or shifts the others' shares. It is back in the rotation within ``EMPTY_FOR``, and any
-claim that comes up short reaches it anyway.
+A queue the claim found empty rests at the back of the order (``EMPTY_FOR`` seconds, doubling
+while it stays empty, up to ``REST_CAP``): the claim statement only reaches it when the queues
+ahead cannot fill the batch, so a pool of a hundred queues with one busy costs about what that
+queue alone costs, and an idle queue never takes a turn or shifts the others' shares. Any claim
+that comes up short reaches it anyway, and a wake-up for it ends its rest.
 
 Tenants: inside a queue the claim visits the tenants with available jobs in tenant order, from
 where the child's last claim stopped, wrapping around; ``TenantRotation`` remembers that point.
@@ -25,7 +25,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from supervisor.queue.job import Job
 
-EMPTY_FOR = 0.1
+# A queue found empty rests EMPTY_FOR seconds, twice as long each time it is found empty again,
+# up to REST_CAP: a pool of a thousand idle queues is probed a few times a second at first,
+# then about once a second, the most a job arriving there waits while its siblings are busy
+# (an idle child, woken for that queue, takes it at once).
+EMPTY_FOR = 0.05
+REST_CAP = 1.0
 # Tenant keys compare byte by byte, as the claim index does (COLLATE "C"); jobs without a
 # tenant are ''. No tenant may hold a control character, so key + "\x01" is the first key after.
 _AFTER = "\x01"
@@ -40,6 +45,7 @@ class WeightedQueues:
         self.weights = dict(weights)
         self._score = dict.fromkeys(self.weights, 0)
         self._empty_until = dict.fromkeys(self.weights, 0.0)
+        self._rest = dict.fromkeys(self.weights, EMPTY_FOR)
 
     def order(self, now: float) -> list[str]:
         """Every queue, in the order the next claim should try them: the queues that had work
@@ -65,12 +71,18 @@ class WeightedQueues:
         if len(claimed) >= limit:
             reached = max((i for i, q in enumerate(order) if q in gave), default=reached)
         for queue in order[: reached + 1]:
-            self._empty_until[queue] = now + EMPTY_FOR if queue not in gave else 0.0
+            if queue in gave:
+                self._empty_until[queue] = 0.0
+                self._rest[queue] = EMPTY_FOR
+            else:
+                self._empty_until[queue] = now + self._rest[queue]
+                self._rest[queue] = min(REST_CAP, 2 * self._rest[queue])
 
     def wake(self, queue: str) -> None:
         """Jobs arrived on ``queue``: back in the rotation at once."""
         if queue in self._empty_until:
             self._empty_until[queue] = 0.0
+            self._rest[queue] = EMPTY_FOR
 
 
 class TenantRotation:
