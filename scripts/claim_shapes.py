@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
 
 from supervisor import NewJob, enqueue_many, migrate
+from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim_params, read_claim
 from supervisor.queue.queries import parse, query, sql_text
-from supervisor.runtime.weights import TenantRotation, WeightedQueues
 
 LEASE = 60.0
 OLD_CLAIM = parse(sql_text("benchmarks.sql"))["claim_one_queue"]

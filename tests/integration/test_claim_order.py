@@ -12,9 +12,9 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, complete, enqueue_many
+from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim
-from supervisor.runtime.weights import TenantRotation, WeightedQueues
 
 
 class CountingCursor(psycopg.Cursor[Any]):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timezone
 
+from supervisor.child.weights import EMPTY_FOR, TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
-from supervisor.runtime.weights import EMPTY_FOR, TenantRotation, WeightedQueues
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
