@@ -46,30 +46,44 @@ class WeightedQueues:
         self._score = dict.fromkeys(self.weights, 0)
         self._empty_until = dict.fromkeys(self.weights, 0.0)
         self._rest = dict.fromkeys(self.weights, EMPTY_FOR)
+        self._active: list[str] = list(self.weights)  # not resting at the last order()
 
     def order(self, now: float) -> list[str]:
         """Every queue, in the order the next claim should try them: the queues that had work
-        by weighted round-robin (the first one pays for the pick), then those found empty."""
-        active = [q for q in self.weights if self._empty_until[q] <= now]
+        in the order smooth weighted round-robin picks them, then those resting."""
+        self._active = [q for q in self.weights if self._empty_until[q] <= now]
         resting = [q for q in self.weights if self._empty_until[q] > now]
-        if not active:
-            return resting
-        for queue in active:
-            self._score[queue] += self.weights[queue]
-        ranked = sorted(active, key=lambda q: -self._score[q])
-        self._score[ranked[0]] -= sum(self.weights[q] for q in active)
+        ranked = sorted(self._active, key=lambda q: -(self._score[q] + self.weights[q]))
         return ranked + resting
 
-    def observe(self, order: Sequence[str], claimed: Sequence[Job], limit: int, now: float) -> None:
-        """After a claim of up to ``limit`` jobs that tried ``order``: the queues it reached and
-        found empty rest.
+    def observe(
+        self,
+        order: Sequence[str],
+        claimed: Sequence[Job],
+        limit: int,
+        now: float,
+        *,
+        charge: bool = True,
+    ) -> None:
+        """After a claim of up to ``limit`` jobs that tried ``order``: the round-robin turn is
+        paid, and the queues the claim reached and found empty rest.
 
         The statement reaches the queues in order and stops once the batch is full, so a full
-        batch reached the queues up to the last one that gave jobs; a short one reached all."""
+        batch reached the queues up to the last one that gave jobs; a short one reached all.
+        The turn is counted among the queues with work only: each gains its weight and the
+        first queue that gave jobs pays their total, so an empty queue shifts no one's share.
+        ``charge=False``: a claim outside the rotation (a wake-up for one queue)."""
         gave = {job.queue for job in claimed}
         reached = len(order) - 1
         if len(claimed) >= limit:
             reached = max((i for i, q in enumerate(order) if q in gave), default=reached)
+        empty = {q for q in order[: reached + 1] if q not in gave}
+        winner = next((q for q in order if q in gave), None)
+        if charge and winner is not None:
+            with_work = [q for q in self._active if q not in empty]
+            for queue in with_work:
+                self._score[queue] += self.weights[queue]
+            self._score[winner] -= sum(self.weights[q] for q in with_work)
         for queue in order[: reached + 1]:
             if queue in gave:
                 self._empty_until[queue] = 0.0
