@@ -116,12 +116,13 @@ SELECT pg_notify('pgq_scheduled', '');
 -- The claim's shape, in claim order (docs/claim-order.md), one CTE or LATERAL per step:
 --   pool   the pool's queues in the order the weights chose (%(queues)s, smooth weighted
 --          round-robin in the child), each with the tenant its rotation resumes at
---          (%(resume)s). Paused queues drop out here: one primary-key probe per queue reached.
---          A condition that skips a whole queue (a fleet-wide limit that is full) goes here.
+--          (%(resume)s), in that order into the LATERAL (nothing may reorder them).
 --   walk   per queue reached, the tenants that have available jobs, in tenant order from the
 --          resume point, wrapping around once, at most %(limit)s of them: one probe of
 --          jobs_claim_tenant per tenant visited, however many tenants wait or jobs each holds.
---          A condition that skips a tenant goes in walk's two probes.
+--          A paused queue stops at the walk's first step (one primary-key probe per queue
+--          reached); a condition that skips a whole queue (a fleet-wide limit that is full)
+--          goes beside it there, one that skips a tenant in the walk's probes.
 --   quota  each tenant visited gives its weighted share of the batch, rounded up (weights from
 --          the YAML's `tenants:` in %(tenant_*)s, 1 when not listed); a second pass takes more
 --          from each only when the first left the batch short, so no due job waits idle.
@@ -129,7 +130,7 @@ SELECT pg_notify('pgq_scheduled', '');
 --          tenant, so no sort), locked with SKIP LOCKED.
 -- Rows flow through the nested loops in that order and the statement stops at %(limit)s jobs,
 -- so a queue is only reached when the ones before it could not fill the batch: the child puts
--- queues it found empty last (supervisor/runtime/weights.py), so the cost stays flat in the
+-- queues it found empty last (supervisor/child/weights.py), so the cost stays flat in the
 -- number of queues and of tenants. Jobs without a tenant are the tenant ''.
 --
 -- The completion deletes the jobs in %(done_ids)s, fenced on (id, %(done_lease_ids)s) (empty
@@ -171,11 +172,10 @@ token AS (
 ),
 next AS (
     SELECT pick.id
-    FROM (
-        SELECT q.queue, q.resume
-        FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS q(queue, resume)
-        WHERE NOT EXISTS (SELECT 1 FROM pgq.queue_pauses AS qp WHERE qp.queue = q.queue)
-    ) AS pool
+    -- Nothing may sit between the unnest and the LATERAL: the queues must reach it in the
+    -- order given (a join with pgq.queue_pauses here was hashed in generic plans, which
+    -- reordered them), so the pause check is the walk's first condition.
+    FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS pool(queue, resume)
     CROSS JOIN LATERAL (
         WITH RECURSIVE walk (tenant, lap, step) AS (
             -- The first tenant at or after the resume point, else (lap 1) the first of all.
@@ -195,6 +195,7 @@ next AS (
                    ORDER BY 1
                    LIMIT 1)
                   LIMIT 1) AS f
+            WHERE NOT EXISTS (SELECT 1 FROM pgq.queue_pauses AS qp WHERE qp.queue = pool.queue)
             UNION ALL
             -- The next tenant after it; past the last, wrap to the first (once); stop before
             -- the resume point again, or at %(limit)s tenants.
