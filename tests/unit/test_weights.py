@@ -13,7 +13,7 @@ T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
 
 def job(queue: str, tenant: str | None = None) -> Job:
-    return Job(1, queue, "k", {}, 0, T0, 1, 10, 1, T0, T0, tenant)
+    return Job(1, queue, "k", {}, 0, T0, 1, 10, 1, T0, T0, tenant=tenant)
 
 
 def test_weights_share_the_first_place_while_every_queue_has_work() -> None:
