@@ -209,11 +209,10 @@ def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
         # Keys are the application's own identifiers, never logged as names: only NUL and
         # lone surrogates (which cannot be stored) are refused.
         unique_key = check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
-        unique_key = _check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
     tenant = job.tenant
     if tenant is not None:
         # Tenants are named in logs, metrics and the dashboard: printable, like queue names.
-        tenant = _check_name(f"job {kind!r}: tenant", tenant)
+        tenant = check_name(f"job {kind!r}: tenant", tenant)
     return _Row(
         queue=queue,
         kind=kind,
@@ -296,10 +295,9 @@ def _new_job(
             max_attempts,
             unique_key,
             traceparent,
+            tenant,
         ),
         tracing.current_traceparent() if traceparent is None else None,
-            tenant,
-        )
     )
 
 
@@ -349,15 +347,13 @@ def enqueue(
     as 'scheduled' until a supervisor's stager makes it available at its time. With
     ``unique_key``, an enqueue while a job with that key waits or runs returns that job's id and
     writes nothing. The job keeps ``traceparent`` (a W3C trace context), by default the current
-    OpenTelemetry span's, so that its attempts continue the enqueuer's trace.
+    OpenTelemetry span's, so that its attempts continue the enqueuer's trace. Inside a queue,
+    claims share fairly among the ``tenant``s with due work (a customer, an endpoint: short
+    printable text); jobs without one form one tenant of their own.
     """
     row = _new_job(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
     )
-    writes nothing. Inside a queue, claims share fairly among the ``tenant``s with due work (a
-    customer, an endpoint: short printable text); jobs without one form one tenant of their own.
-    """
-    row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key, tenant)
     return int(_run(conn, _enqueue_steps(row, notify)))
 
 
@@ -378,9 +374,8 @@ async def enqueue_async(
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
     row = _new_job(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
     )
-    row = _new_job(kind, args, queue, priority, delay, run_at, max_attempts, unique_key, tenant)
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
 
