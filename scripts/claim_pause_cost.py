@@ -25,7 +25,7 @@ from supervisor import NewJob, enqueue_many, migrate, pause_queue
 from supervisor.queue.jobs import claim_params, claimed_jobs
 from supervisor.queue.queries import query
 
-PAUSE_CHECK = "AND NOT EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s)"
+PAUSE_CHECK = "WHERE NOT EXISTS (SELECT 1 FROM pgq.queue_pauses AS qp WHERE qp.queue = pool.queue)"
 
 
 def claim_latencies(conn: psycopg.Connection[Any], sql: str, claims: int) -> list[float]:

@@ -14,7 +14,7 @@
 -- NOTIFY deduplicates identical payloads within a transaction.
 WITH inserted AS (
     INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
-                          traceparent)
+                          traceparent, tenant)
     SELECT
         %(queue)s::text,
         %(kind)s::text,
@@ -24,7 +24,8 @@ WITH inserted AS (
         CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
         %(max_attempts)s::integer,
         %(unique_key)s::text,
-        %(traceparent)s::text
+        %(traceparent)s::text,
+        %(tenant)s::text
     FROM (
         SELECT coalesce(%(run_at)s::timestamptz,
                         now() + make_interval(secs => %(delay)s::float8)) AS run_at
@@ -73,7 +74,7 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
 -- escape every object, which cost more than the insert itself.
 WITH inserted AS (
     INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
-                          traceparent)
+                          traceparent, tenant)
     SELECT
         t.queue,
         t.kind,
@@ -83,7 +84,8 @@ WITH inserted AS (
         CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
         t.max_attempts,
         t.unique_key,
-        t.traceparent
+        t.traceparent,
+        t.tenant
     FROM ROWS FROM (
         unnest(%(queues)s::text[]),
         unnest(%(kinds)s::text[]),
@@ -93,9 +95,10 @@ WITH inserted AS (
         unnest(%(delays)s::float8[]),
         unnest(%(max_attempts)s::integer[]),
         unnest(%(unique_keys)s::text[]),
-        unnest(%(traceparents)s::text[])
+        unnest(%(traceparents)s::text[]),
+        unnest(%(tenants)s::text[])
     ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
-                           traceparent, ord)
+                           traceparent, tenant, ord)
     CROSS JOIN LATERAL (
         SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
     ) AS r
@@ -129,23 +132,38 @@ SELECT pg_notify('pgq_scheduled', '');
 
 -- name: claim
 -- A worker's round trip, in one statement and so in one transaction with one commit: delete the
--- jobs it finished since its last claim, then claim the next batch.
+-- jobs it finished since its last claim, then claim the next batch across its pool's queues.
+--
+-- The claim's shape, in claim order (docs/claim-order.md), one CTE or LATERAL per step:
+--   pool   the pool's queues in the order the weights chose (%(queues)s, smooth weighted
+--          round-robin in the child), each with the tenant its rotation resumes at
+--          (%(resume)s), in that order into the LATERAL (nothing may reorder them).
+--   walk   per queue reached, the tenants that have available jobs, in tenant order from the
+--          resume point, wrapping around once, at most %(limit)s of them: one probe of
+--          jobs_claim_tenant per tenant visited, however many tenants wait or jobs each holds.
+--          A paused queue stops at the walk's first step (one primary-key probe per queue
+--          reached); a condition that skips a whole queue (a fleet-wide limit that is full)
+--          goes beside it there, one that skips a tenant in the walk's probes.
+--   quota  each tenant visited gives its weighted share of the batch, rounded up (weights from
+--          the YAML's `tenants:` in %(tenant_*)s, 1 when not listed); a second pass takes more
+--          from each only when the first left the batch short, so no due job waits idle.
+--   pick   per tenant, its best due jobs (priority DESC, run_at, id: the index order after the
+--          tenant, so no sort), locked with SKIP LOCKED.
+-- Rows flow through the nested loops in that order and the statement stops at %(limit)s jobs,
+-- so a queue is only reached when the ones before it could not fill the batch: the child puts
+-- queues it found empty last (supervisor/child/weights.py), so the cost stays flat in the
+-- number of queues and of tenants. Jobs without a tenant are the tenant ''.
 --
 -- The completion deletes the jobs in %(done_ids)s, fenced on (id, %(done_lease_ids)s) (empty
 -- arrays when there are none); with %(history)s it writes a compact history row for each (with
 -- the errors of its earlier attempts: null, and free, for a job that never failed). Only
 -- running jobs have a lease_id (a table constraint), and the plan must look each id up by primary
 -- key: psycopg prepares statements it runs often, and a generic plan for "state = 'running'"
--- would scan every running job for every id.
+-- would scan every running job for every id. A limit of 0 (or no queues) is a completion alone.
 --
--- The claim takes up to %(limit)s due jobs of one queue (none with a limit of 0: that is a
--- completion alone), best priority first, then oldest run_at, then id: the order of the
--- jobs_claim index after its queue column, so the plan reads the index in order and stops at
--- LIMIT (no sort, whatever the backlog). It takes one fresh fencing token for the whole batch;
--- (id, lease_id) is the fence of each job. Attempts are counted here, so a job that kills its
--- worker every time still runs out of attempts. A paused queue (a row in pgq.queue_pauses)
--- yields nothing: the check is one primary-key probe per statement, evaluated once before the
--- index scan, so every host skips the queue from its next claim on.
+-- The claim takes one fresh fencing token for the whole batch; (id, lease_id) is the fence of
+-- each job. Attempts are counted here, so a job that kills its worker every time still runs out
+-- of attempts.
 --
 -- %(results)s is a JSON array of [id, value] pairs: what the finished jobs that returned
 -- something returned ('[]' when none did), kept in pgq.job_results for the jobs still ours
@@ -174,15 +192,99 @@ token AS (
     SELECT nextval('pgq.lease_seq') AS lease_id
 ),
 next AS (
-    SELECT id
-    FROM pgq.jobs
-    WHERE state = 'available'
-      AND queue = %(queue)s
-      AND run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s)
-    ORDER BY priority DESC, run_at, id
+    SELECT pick.id
+    -- Nothing may sit between the unnest and the LATERAL: the queues must reach it in the
+    -- order given (a join with pgq.queue_pauses here was hashed in generic plans, which
+    -- reordered them), so the pause check is the walk's first condition.
+    FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS pool(queue, resume)
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE walk (tenant, lap, step) AS (
+            -- The first tenant at or after the resume point, else (lap 1) the first of all.
+            SELECT f.tenant, f.lap, 1
+            FROM ((SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, 0 AS lap
+                   FROM pgq.jobs AS j
+                   WHERE j.state = 'available'
+                     AND j.queue = pool.queue
+                     AND coalesce(j.tenant, '') COLLATE "C" >= pool.resume
+                   ORDER BY 1
+                   LIMIT 1)
+                  UNION ALL
+                  (SELECT coalesce(j.tenant, '') COLLATE "C", 1
+                   FROM pgq.jobs AS j
+                   WHERE j.state = 'available'
+                     AND j.queue = pool.queue
+                   ORDER BY 1
+                   LIMIT 1)
+                  LIMIT 1) AS f
+            WHERE NOT EXISTS (SELECT 1 FROM pgq.queue_pauses AS qp WHERE qp.queue = pool.queue)
+            UNION ALL
+            -- The next tenant after it; past the last, wrap to the first (once); stop before
+            -- the resume point again, or at %(limit)s tenants.
+            SELECT s.tenant, s.lap, w.step + 1
+            FROM walk AS w
+            CROSS JOIN LATERAL (
+                (SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, w.lap AS lap
+                 FROM pgq.jobs AS j
+                 WHERE j.state = 'available'
+                   AND j.queue = pool.queue
+                   AND coalesce(j.tenant, '') COLLATE "C" > w.tenant
+                 ORDER BY 1
+                 LIMIT 1)
+                UNION ALL
+                (SELECT coalesce(j.tenant, '') COLLATE "C", 1
+                 FROM pgq.jobs AS j
+                 WHERE w.lap = 0
+                   AND j.state = 'available'
+                   AND j.queue = pool.queue
+                 ORDER BY 1
+                 LIMIT 1)
+                LIMIT 1
+            ) AS s
+            WHERE w.step < %(limit)s
+              AND (s.lap = 0 OR s.tenant < pool.resume)
+        ),
+        quota AS (
+            SELECT w.step, w.tenant,
+                   ceil(%(limit)s * coalesce(tw.weight, 1)::float8
+                        / sum(coalesce(tw.weight, 1)) OVER ())::integer AS jobs
+            FROM walk AS w
+            LEFT JOIN unnest(%(tenant_queues)s::text[], %(tenant_names)s::text[],
+                             %(tenant_weights)s::integer[]) AS tw(queue, tenant, weight)
+                ON tw.queue = pool.queue
+               AND tw.tenant = w.tenant
+        )
+        -- Pass 1: each tenant its share. Pass 2, only when pass 1 left the batch short (some
+        -- tenants had fewer jobs than their share): more from each, past what pass 1 took.
+        SELECT p.id
+        FROM quota AS v
+        CROSS JOIN LATERAL (
+            SELECT j.id
+            FROM pgq.jobs AS j
+            WHERE j.state = 'available'
+              AND j.queue = pool.queue
+              AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
+              AND j.run_at <= now()
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT v.jobs
+            FOR UPDATE SKIP LOCKED
+        ) AS p
+        UNION ALL
+        SELECT p.id
+        FROM quota AS v
+        CROSS JOIN LATERAL (
+            SELECT j.id
+            FROM pgq.jobs AS j
+            WHERE j.state = 'available'
+              AND j.queue = pool.queue
+              AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
+              AND j.run_at <= now()
+            ORDER BY j.priority DESC, j.run_at, j.id
+            OFFSET v.jobs
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS p
+    ) AS pick
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE pgq.jobs AS j
@@ -199,13 +301,14 @@ claimed AS (
     -- instead (0.6 ms of planning per claim). = ANY keeps the generic plan to index look-ups.
     WHERE j.id = ANY (ARRAY(SELECT id FROM next))
     RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.lease_id, j.lease_until, j.created_at, j.batch, j.traceparent
+              j.lease_id, j.lease_until, j.created_at, j.batch, j.traceparent, j.tenant
 )
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
-       created_at, batch, traceparent, NULL::bigint[] AS completed
+       created_at, batch, traceparent, tenant, NULL::bigint[] AS completed
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d.ids
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       d.ids
 -- The finished jobs' results and batch counts ride on this last row, read once from `done`:
 -- pgq.keep_results only when some job returned something, pgq.batch_ended only when some job
 -- belongs to a batch, so a plain completion calls neither. They run after the claim (so the

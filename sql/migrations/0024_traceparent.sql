@@ -11,8 +11,10 @@ ALTER TABLE pgq.jobs ADD CONSTRAINT jobs_traceparent_check
     CHECK (traceparent IS NULL OR char_length(traceparent) = 55) NOT VALID;
 
 -- pgq.enqueue gains `traceparent => ...`. A new parameter makes a new signature, so the old one
--- is dropped first: two overloads would make every call by name ambiguous.
-DROP FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text);
+-- is dropped first: two overloads would make every call by name ambiguous. 0010 gave it
+-- `tenant => ...` already, which it keeps.
+DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text);
+DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
 
 -- Enqueue from any client (psql, Ruby, Go, a trigger) inside the caller's transaction, with
 -- the checks of the Python enqueue (supervisor/queue/enqueue.py) and the same row: a test
@@ -27,6 +29,7 @@ CREATE FUNCTION pgq.enqueue(
     run_at        timestamptz DEFAULT NULL,
     max_attempts  integer     DEFAULT 10,
     unique_key    text        DEFAULT NULL,
+    tenant        text        DEFAULT NULL,
     traceparent   text        DEFAULT NULL
 )
 RETURNS bigint
@@ -80,15 +83,20 @@ BEGIN
         RAISE EXCEPTION 'pgq.enqueue: job %: traceparent must be a W3C trace context, got %',
             quote_literal(kind), quote_literal(left(traceparent, 80)) USING ERRCODE = '22023';
     END IF;
+    IF tenant IS NOT NULL AND (btrim(tenant) = '' OR char_length(tenant) > 200
+                               OR tenant ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: tenant must be 1 to 200 printable characters',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
     LOOP
         -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
         -- masters' stagers; a job due now wakes its queue's workers.
         INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
-                                   unique_key, traceparent)
+                                   unique_key, tenant, traceparent)
         VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
                 coalesce(enqueue.run_at, now()),
                 CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
-                enqueue.max_attempts, enqueue.unique_key, enqueue.traceparent)
+                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
         ON CONFLICT (unique_key)
             WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
         DO NOTHING

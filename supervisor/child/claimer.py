@@ -1,5 +1,6 @@
-"""Claiming: from the queue the weights pick, falling through to the others when it is empty,
-with the outcomes still waiting to be written in the same round trip."""
+"""Claiming: one statement for every queue of the pool, in the order the weights chose, each
+from where its tenant rotation stopped, with the outcomes still waiting to be written in the
+same round trip (sql/queries.sql, claim; docs/claim-order.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import psycopg
 from supervisor.child.completer import Completer
 from supervisor.child.process import read_all
 from supervisor.child.session import ChildSession
-from supervisor.child.weights import WeightedQueues
+from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
@@ -28,70 +29,76 @@ class Claimer:
         self.board = self.process.board
         self.queue_names = list(self.spec.pool.queues)
         self.queues = WeightedQueues(self.spec.pool.queues)
+        self.tenants = TenantRotation(
+            {q: w for q, w in self.spec.config.tenants.items() if q in self.spec.pool.queues}
+        )
         # Which queue the master's wake-up named, tried first at the next claim.
         self.hint: str | None = None
         self.woke_from_idle = False
 
     def claim(self, limit: int) -> list[Job]:
-        """Claim up to ``limit`` jobs. Outcomes still waiting to be written go in the same
-        round trip as the first claim."""
+        """Claim up to ``limit`` jobs across the pool's queues in one statement. Outcomes still
+        waiting to be written go in the same round trip."""
         session = self.session
         if session.conn is None and not session.connect():
             return []  # told to stop while the database was away
         assert session.conn is not None
         self.board.set_state(State.CLAIMING)
         config, worker = self.spec.config, self.spec.worker_id
+        now = time.monotonic()
+        # Woken for a particular queue: try it first, outside the weighted rotation (an idle
+        # child is not taking anyone's share).
+        hint, self.hint = self.hint, None
+        if hint is not None:
+            self.queues.wake(hint)
+            order = [hint, *(q for q in self.queue_names if q != hint)]
+        else:
+            order = self.queues.order(now)
+        resume = [self.tenants.resume(q) for q in order]
 
-        def send(
-            conn: psycopg.Connection[Any], queue: str, done: Sequence[Job]
-        ) -> psycopg.Cursor[Any]:
+        def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
             return jobs_api.send_claim(
                 conn,
-                queue,
+                order,
                 worker=worker,
                 limit=limit,
                 lease_seconds=config.lease.duration,
                 done=done,
                 history=config.history.enabled,
+                resume=resume,
+                tenant_weights=self.tenants.weights,
             )
 
-        for queue in self._order():
-            started = time.perf_counter()
-            try:
-                if self.completer:
-                    jobs = self.completer.write(
-                        claim=lambda conn, done, q=queue: send(conn, q, done)
-                    )
-                else:
-                    jobs = jobs_api.read_claim(send(session.conn, queue, ())).jobs
-            except RECONNECT_ERRORS as exc:
-                session.warn(f"claim from queue {queue} failed: {exc}")
-                session.reconnect()
-                return []
-            except psycopg.Error as exc:
-                session.error(f"claim from queue {queue} failed: {exc}")
-                self.process.sleep(1.0)
-                return []
-            self.board.observe_claim(time.perf_counter() - started)
-            self.board.count(Counter.CLAIMS)
-            if jobs:
-                if self.woke_from_idle and len(jobs) == limit:
-                    self.process.report(b"M")  # a burst arrived: ask the master to wake a sibling
-                self.woke_from_idle = False
-                return jobs
+        started = time.perf_counter()
+        queues = ", ".join(order)
+        try:
+            if self.completer:
+                jobs = self.completer.write(claim=send)
+            else:
+                jobs = jobs_api.read_claim(send(session.conn, ())).jobs
+        except RECONNECT_ERRORS as exc:
+            session.warn(f"claim from queues {queues} failed: {exc}")
+            session.reconnect()
+            return []
+        except psycopg.Error as exc:
+            session.error(f"claim from queues {queues} failed: {exc}")
+            self.process.sleep(1.0)
+            return []
+        self.board.observe_claim(time.perf_counter() - started)
+        self.board.count(Counter.CLAIMS)
+        self.queues.observe(order, jobs, limit, now, charge=hint is None)
+        for queue, start in zip(order, resume, strict=True):
+            self.tenants.advance(queue, start, jobs)
+        if not jobs:
             self.board.count(Counter.CLAIMS_EMPTY)
-        # Every queue was empty: the master raises their wake-up flags (master/wakeups.py),
-        # so that the next enqueue to them notifies.
-        self.process.report(b"I")
-        return []
-
-    def _order(self) -> list[str]:
-        # Woken for a particular queue: try it first, outside the weighted rotation (an idle
-        # child is not taking anyone's share).
-        hint, self.hint = self.hint, None
-        if hint is not None:
-            return [hint, *(q for q in self.queue_names if q != hint)]
-        return list(self.queues.order())
+            # Every queue was empty: the master raises their wake-up flags
+            # (master/wakeups.py), so that the next enqueue to them notifies.
+            self.process.report(b"I")
+            return []
+        if self.woke_from_idle and len(jobs) == limit:
+            self.process.report(b"M")  # a burst arrived: ask the master to wake a sibling
+        self.woke_from_idle = False
+        return jobs
 
     def woken(self, wake_fd: int) -> None:
         """The master wrote to the wake-up pipe: note which queue it named."""

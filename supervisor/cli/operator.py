@@ -103,6 +103,11 @@ def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         help="enqueue a KIND that no handler in this config serves (a supervisor with another "
         "config handles it); without it such a kind is refused, exit 2",
     )
+    parser.add_argument(
+        "--tenant",
+        metavar="NAME",
+        help="whose job it is (a customer, an endpoint): a queue is shared fairly among tenants",
+    )
     json_argument(parser)
 
 
@@ -139,6 +144,7 @@ def enqueue_verb(ctx: Context) -> int:
                 run_at=a.run_at,
                 max_attempts=max_attempts,
                 unique_key=a.unique_key,
+                tenant=a.tenant,
             )
         except EnqueueError as exc:
             raise UsageError(str(exc)) from None

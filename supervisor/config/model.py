@@ -228,6 +228,9 @@ class Config:
     schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
     results: ResultsConfig = field(default_factory=ResultsConfig)
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    # queue -> tenant -> weight (YAML `tenants: {QUEUE: {weights: {TENANT: N}}}`); a tenant
+    # not listed has weight 1.
+    tenants: dict[str, dict[str, int]] = field(default_factory=dict)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.
     host: str | None = None

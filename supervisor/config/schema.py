@@ -76,6 +76,7 @@ TOP_KEYS = (
     "log",
     "web",
     "schedules",
+    "tenants",
     "host",
     "results",
     "reconcile",
@@ -115,6 +116,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         schedules=schedules(top, kinds),
         results=_results(top.section("results", "max_size")),
         reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
+        tenants=_tenants(top),
         host=_host(reader, top),
         lines=dict(reader.lines),
     )
@@ -265,6 +267,25 @@ def _queues(s: Section) -> dict[str, int]:
         if weight is not None:
             queues[queue] = weight
     return queues
+
+
+def _tenants(top: Section) -> dict[str, dict[str, int]]:
+    """Per queue, the tenants whose share of its claims is not 1 (the default weight)."""
+    section = top.section("tenants", "per queue: {weights: {tenant: weight}}")
+    tenants = {}
+    for queue, _, node in _named_entries(section, "queue name"):
+        body = Section.of(section.reader, node, section.key_path(queue), "weights")
+        body.only("weights")
+        listed = body.section("weights", "tenant: weight, like {acme: 3}")
+        weights = {}
+        for tenant, _, weight_node in _named_entries(listed, "tenant"):
+            weight = listed.read(
+                listed.key_path(tenant), weight_node, integer(1, 1000, noun="weight"), None
+            )
+            if weight is not None:
+                weights[tenant] = weight
+        tenants[queue] = weights
+    return tenants
 
 
 def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:

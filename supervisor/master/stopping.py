@@ -66,6 +66,7 @@ class Stopping:
             or new.jobs != self.config.jobs
             or new.lease != self.config.lease
             or new.history != self.config.history
+            or new.tenants != self.config.tenants  # children read the tenant weights at fork
         )
         old_pools = self.pools
         self.config, self.handlers, self.kinds = new, handlers, sorted(handlers)

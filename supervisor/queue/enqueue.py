@@ -64,6 +64,7 @@ class NewJob:
     unique_key: str | None = None
     # The W3C trace context to continue when the job runs; None: the current span's, if any.
     traceparent: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class _Row:
     max_attempts: int
     unique_key: str | None
     traceparent: str | None = None
+    tenant: str | None = None
 
 
 def check_name(what: str, value: object, *, printable: bool = True) -> str:
@@ -228,6 +230,10 @@ def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
         # Keys are the application's own identifiers, never logged as names: only NUL and
         # lone surrogates (which cannot be stored) are refused.
         unique_key = check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
+    tenant = job.tenant
+    if tenant is not None:
+        # Tenants are named in logs, metrics and the dashboard: printable, like queue names.
+        tenant = check_name(f"job {kind!r}: tenant", tenant)
     return _Row(
         queue=queue,
         kind=kind,
@@ -238,6 +244,7 @@ def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
         max_attempts=max_attempts,
         unique_key=unique_key,
         traceparent=_traceparent(kind, job.traceparent, current_trace),
+        tenant=tenant,
     )
 
 
@@ -296,6 +303,7 @@ def _new_job(
     max_attempts: int,
     unique_key: str | None,
     traceparent: str | None,
+    tenant: str | None,
 ) -> _Row:
     return _validate(
         NewJob(
@@ -308,6 +316,7 @@ def _new_job(
             max_attempts,
             unique_key,
             traceparent,
+            tenant,
         ),
         tracing.current_traceparent() if traceparent is None else None,
     )
@@ -324,6 +333,7 @@ def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
         "max_attempts": row.max_attempts,
         "unique_key": row.unique_key,
         "traceparent": row.traceparent,
+        "tenant": row.tenant,
         "notify": notify,
     }
     while True:
@@ -348,6 +358,7 @@ def enqueue(
     run_at: datetime | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     unique_key: str | None = None,
+    tenant: str | None = None,
     notify: bool = True,
     traceparent: str | None = None,
 ) -> int:
@@ -357,10 +368,12 @@ def enqueue(
     as 'scheduled' until a supervisor's stager makes it available at its time. With
     ``unique_key``, an enqueue while a job with that key waits or runs returns that job's id and
     writes nothing. The job keeps ``traceparent`` (a W3C trace context), by default the current
-    OpenTelemetry span's, so that its attempts continue the enqueuer's trace.
+    OpenTelemetry span's, so that its attempts continue the enqueuer's trace. Inside a queue,
+    claims share fairly among the ``tenant``s with due work (a customer, an endpoint: short
+    printable text); jobs without one form one tenant of their own.
     """
     row = _new_job(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
     )
     return int(_run(conn, _enqueue_steps(row, notify)))
 
@@ -376,12 +389,13 @@ async def enqueue_async(
     run_at: datetime | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     unique_key: str | None = None,
+    tenant: str | None = None,
     notify: bool = True,
     traceparent: str | None = None,
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
     row = _new_job(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
     )
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
@@ -406,6 +420,7 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
             "unique_keys": [r.unique_key for r in rows],
             "traceparents": [r.traceparent for r in rows],
             "notify": notify,
+            "tenants": [r.tenant for r in rows],
         },
         "all",
     )

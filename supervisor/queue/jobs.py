@@ -10,7 +10,7 @@ caller is told which jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,8 @@ from supervisor.queue.outcomes import Settlement
 from supervisor.queue.queries import query
 
 DEFAULT_LEASE_SECONDS = 60.0
+# queue -> tenant -> weight, for the tenants whose weight is not 1 (the YAML's `tenants:`).
+TenantWeights = Mapping[str, Mapping[str, int]]
 
 
 class LeaseLost(RuntimeError):
@@ -78,21 +80,37 @@ def results_param(done: Sequence[Job]) -> str:
 
 
 def claim_params(
-    queue: str,
+    queues: str | Sequence[str],
     *,
     worker: str,
     limit: int,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     done: Sequence[Job] = (),
     history: bool = False,
+    resume: Sequence[str] | None = None,
+    tenant_weights: TenantWeights | None = None,
 ) -> dict[str, Any]:
-    """The parameters of the claim statement (sql/queries.sql, ``claim``)."""
+    """The parameters of the claim statement (sql/queries.sql, ``claim``).
+
+    ``queues`` in the order to try them (one name: that queue alone); ``resume`` the tenant key
+    each queue's rotation resumes at (``TenantRotation.resume``; the start when omitted);
+    ``tenant_weights`` maps queue -> tenant -> weight for tenants that are not weight 1."""
+    names = [queues] if isinstance(queues, str) else list(queues)
+    weights = [
+        (queue, tenant, weight)
+        for queue, tenants in (tenant_weights or {}).items()
+        for tenant, weight in tenants.items()
+    ]
     return {
         "done_ids": bigint_array(j.id for j in done),
         "done_lease_ids": bigint_array(j.lease_id for j in done),
         "results": results_param(done),
         "history": history,
-        "queue": queue,
+        "queues": names,
+        "resume": list(resume) if resume is not None else [""] * len(names),
+        "tenant_queues": [q for q, _, _ in weights],
+        "tenant_names": [t for _, t, _ in weights],
+        "tenant_weights": [w for _, _, w in weights],
         "limit": limit,
         "worker": worker,
         "lease_seconds": lease_seconds,
@@ -101,21 +119,31 @@ def claim_params(
 
 def send_claim(
     conn: psycopg.Connection[Any],
-    queue: str,
+    queues: str | Sequence[str],
     *,
     worker: str,
     limit: int,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     done: Sequence[Job] = (),
     history: bool = False,
+    resume: Sequence[str] | None = None,
+    tenant_weights: TenantWeights | None = None,
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``).
 
-    ``done`` are finished jobs to complete in the same statement, so a worker's batch costs one
-    statement and one commit; in pipeline mode the cursor can also travel in one round trip (and
-    one transaction) with the batch's other outcomes."""
+    One statement claims for every queue in ``queues``, whatever their number. ``done`` are
+    finished jobs to complete in the same statement, so a worker's batch costs one statement
+    and one commit; in pipeline mode the cursor can also travel in one round trip (and one
+    transaction) with the batch's other outcomes."""
     params = claim_params(
-        queue, worker=worker, limit=limit, lease_seconds=lease_seconds, done=done, history=history
+        queues,
+        worker=worker,
+        limit=limit,
+        lease_seconds=lease_seconds,
+        done=done,
+        history=history,
+        resume=resume,
+        tenant_weights=tenant_weights,
     )
     return conn.execute(query("claim"), params)
 
@@ -143,15 +171,26 @@ def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
 
 def claim(
     conn: psycopg.Connection[Any],
-    queue: str,
+    queues: str | Sequence[str],
     *,
     worker: str,
     limit: int = 1,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    resume: Sequence[str] | None = None,
+    tenant_weights: TenantWeights | None = None,
 ) -> list[Job]:
-    """Claim up to ``limit`` due jobs of ``queue`` for ``worker``; best priority first."""
+    """Claim up to ``limit`` due jobs for ``worker`` from ``queues`` (tried in that order), in
+    claim order: tenants in rotation from ``resume``, then best priority, oldest run_at, id."""
     _own_transaction(conn, "claim")
-    cursor = send_claim(conn, queue, worker=worker, limit=limit, lease_seconds=lease_seconds)
+    cursor = send_claim(
+        conn,
+        queues,
+        worker=worker,
+        limit=limit,
+        lease_seconds=lease_seconds,
+        resume=resume,
+        tenant_weights=tenant_weights,
+    )
     if not conn.autocommit:
         conn.commit()
     return claimed_jobs(cursor)
@@ -169,7 +208,7 @@ def send_complete(
     conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
 ) -> psycopg.Cursor[Any]:
     """Send the completion of ``jobs`` alone: the claim statement, claiming nothing."""
-    return send_claim(conn, "", worker="", limit=0, done=jobs, history=history)
+    return send_claim(conn, (), worker="", limit=0, done=jobs, history=history)
 
 
 def send_settle(

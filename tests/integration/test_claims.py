@@ -250,8 +250,9 @@ def test_a_prepared_claim_reads_the_rows_it_claims_by_key(conn: psycopg.Connecti
 
 
 def test_claim_plan_uses_the_partial_index_without_sorting(conn: psycopg.Connection[Any]) -> None:
-    """With 100k discarded rows and a backlog in several queues, the claim reads jobs_claim in
-    order: an index scan, no Sort node, whatever the history."""
+    """With 100k discarded rows, a backlog in several queues and many tenants, the claim for a
+    pool of a hundred queues reads jobs_claim_tenant in order: index scans, no Sort node, no
+    sequential scan, whatever the history (`queue = ANY(...)` would read and sort the backlog)."""
     conn.execute(
         """
         INSERT INTO pgq.jobs (queue, kind, state, attempts, finished_at, last_error)
@@ -260,20 +261,28 @@ def test_claim_plan_uses_the_partial_index_without_sorting(conn: psycopg.Connect
     )
     conn.execute(
         """
-        INSERT INTO pgq.jobs (queue, kind, priority)
-        SELECT (ARRAY['default', 'pdf', 'webhooks'])[1 + g % 3], 'k', (g % 5)::smallint
+        INSERT INTO pgq.jobs (queue, kind, priority, tenant)
+        SELECT (ARRAY['default', 'pdf', 'webhooks'])[1 + g % 3], 'k', ((g / 1000) % 5)::smallint,
+               CASE WHEN g % 7 > 0 THEN 'tenant-' || (g % 50) END
         FROM generate_series(1, 20000) AS g
         """
     )
     conn.execute("ANALYZE pgq.jobs")
 
-    params = claim_params("pdf", worker="w", limit=10, lease_seconds=60.0)
+    pool = [f"empty-{n}" for n in range(99)] + ["pdf"]
+    params = claim_params(pool, worker="w", limit=10, lease_seconds=60.0)
     plan = _plan(conn, query("claim"), params)
-    assert '"Index Name": "jobs_claim"' in plan
+    assert '"Index Name": "jobs_claim_tenant"' in plan
     assert '"Node Type": "Sort"' not in plan
     assert '"Node Type": "Seq Scan"' not in plan
-    jobs = claim(conn, "pdf", worker="w", limit=10)
-    assert [j.priority for j in jobs] == [4] * 10
+    jobs = claim(conn, pool, worker="w", limit=10)
+    # Ten tenants visited in tenant order from the start (no tenant is '', first), each giving
+    # its best job: the highest priority it holds.
+    assert [j.tenant for j in sorted(jobs, key=lambda j: j.tenant or "")] == [
+        None,
+        *sorted(f"tenant-{n}" for n in range(50))[:9],
+    ]
+    assert {j.priority for j in jobs} == {4}
 
 
 @pytest.mark.parametrize("name", ["claim", "settle", "renew_leases"])

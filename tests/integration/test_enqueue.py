@@ -90,6 +90,12 @@ def test_unique_key_returns_the_existing_job_and_writes_nothing(
         (lambda c: enqueue(c, "k", priority=True), "priority must be an integer"),
         (lambda c: enqueue(c, "k", max_attempts=0), "max_attempts must be at least 1"),
         (lambda c: enqueue(c, "k", queue=""), "queue must not be empty"),
+        (lambda c: enqueue(c, "k", tenant=""), "job 'k': tenant must not be empty"),
+        (lambda c: enqueue(c, "k", tenant=7), "job 'k': tenant must be a string, not int"),
+        (
+            lambda c: enqueue_many(c, [NewJob("ok"), NewJob("bad", tenant="x" * 300)]),
+            "job 'bad': tenant is 300 characters long; the limit is 200",
+        ),
         (lambda c: enqueue(c, "k", run_at=datetime(2030, 1, 1)), "timezone-aware"),
         (lambda c: enqueue(c, "k", delay=1, run_at=datetime.now(timezone.utc)), "not both"),
         (

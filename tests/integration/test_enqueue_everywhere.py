@@ -20,7 +20,7 @@ from supervisor import (
     enqueue_many_async,
 )
 
-COLUMNS = "queue, kind, args, priority, run_at, state, attempts, max_attempts, unique_key"
+COLUMNS = "queue, kind, args, priority, run_at, state, attempts, max_attempts, unique_key, tenant"
 RUN_AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 CASES: list[dict[str, Any]] = [
     {"kind": "plain", "args": {}},
@@ -32,6 +32,7 @@ CASES: list[dict[str, Any]] = [
         "run_at": RUN_AT,
         "max_attempts": 3,
         "unique_key": "u-1",
+        "tenant": "acme",
     },
 ]
 
@@ -126,6 +127,9 @@ def test_async_enqueue_joins_the_callers_transaction_and_notifies_at_commit(dsn:
         ({"kind": "k", "queue": " "}, "queue must not be empty", "queue must not be empty"),
         ({"kind": "k", "priority": 40000}, "outside -32768..32767", "outside -32768..32767"),
         ({"kind": "k", "max_attempts": 0}, "at least 1", "at least 1"),
+        ({"kind": "k", "tenant": " "}, "tenant must not be empty", "tenant must be 1 to 200"),
+        ({"kind": "k", "tenant": "t" * 201}, "tenant is 201 characters", "tenant must be 1 to 200"),
+        ({"kind": "k", "tenant": "a\nb"}, "tenant .* U\\+000A", "printable"),
         (
             {"kind": "k", "args": {"b": "x" * 300_000}},
             "the limit is 262144 bytes",

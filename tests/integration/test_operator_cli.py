@@ -265,6 +265,14 @@ def test_enqueue_with_a_held_unique_key_enqueues_nothing(
     assert third.out.startswith("enqueued job ") and str(job_id) not in third.out
 
 
+def test_enqueue_with_a_tenant(cli: Cli, conn: psycopg.Connection[Any]) -> None:
+    assert cli("enqueue", "render_pdf", "--queue", "pdf", "--tenant", "acme").code == 0
+    assert conn.execute("SELECT tenant FROM pgq.jobs").fetchall() == [("acme",)]
+    bad = cli("enqueue", "render_pdf", "--queue", "pdf", "--tenant", " ")
+    assert bad.code == 2
+    assert "tenant must not be empty" in bad.err
+
+
 def test_enqueue_warns_about_an_unknown_kind_and_an_unserved_queue_but_enqueues(
     cli: Cli, conn: psycopg.Connection[Any]
 ) -> None:

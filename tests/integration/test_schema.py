@@ -57,6 +57,7 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "batch_id": ("bigint", False),
         "batch": ("jsonb", False),
         "traceparent": ("text", False),
+        "tenant": ("text", False),
     }
 
 
@@ -65,13 +66,18 @@ def test_claim_index_matches_the_claim_order(conn: psycopg.Connection[Any]) -> N
     assert indexes["jobs_claim"].endswith(
         "USING btree (queue, priority DESC, run_at, id) WHERE (state = 'available'::text)"
     )
+    # Inside a queue, each tenant's jobs in claim order (jobs without a tenant are '').
+    assert indexes["jobs_claim_tenant"].endswith(
+        "USING btree (queue, COALESCE(tenant, ''::text) COLLATE \"C\", priority DESC, run_at, id)"
+        " WHERE (state = 'available'::text)"
+    )
     assert indexes["jobs_lease"].endswith(
         "USING btree (lease_until) WHERE (state = 'running'::text)"
     )
     assert "UNIQUE INDEX jobs_unique_key" in indexes["jobs_unique_key"]
     # The ORDER BY of the claim query names the same columns in the same order and direction.
     claim = all_queries()["claim"]
-    assert "ORDER BY priority DESC, run_at, id" in claim
+    assert "ORDER BY j.priority DESC, j.run_at, j.id" in claim
 
 
 def test_jobs_table_storage_settings(conn: psycopg.Connection[Any]) -> None:

@@ -461,3 +461,29 @@ def test_a_section_that_is_not_a_mapping() -> None:
         "must be a positive integer, got 0",
     )
     assert problem(with_pool("vacuum: {enabled: sometimes}\n"))[0] == "vacuum.enabled"
+
+
+# Tenant weights
+
+
+def test_tenant_weights_parse_per_queue() -> None:
+    text = HANDLERS + "pools:\n  pdf:\n    queues: {pdf: 1}\n"
+    text += "tenants:\n  pdf:\n    weights: {acme: 3, globex: 2}\n"
+    assert parse(text).tenants == {"pdf": {"acme": 3, "globex": 2}}
+    assert parse(HANDLERS + "pools:\n  pdf:\n    queues: {pdf: 1}\n").tenants == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "message"),
+    [
+        ("pdf: {weights: {acme: 0}}", "tenants.pdf.weights.acme", "weight must be a positive"),
+        ("pdf: {weights: {acme: x}}", "tenants.pdf.weights.acme", "weight must be an integer"),
+        ("pdf: {wieghts: {acme: 2}}", "tenants.pdf.wieghts", "did you mean 'weights'?"),
+        ("pdf: [acme]", "tenants.pdf", "must be a mapping"),
+    ],
+)
+def test_bad_tenant_weights_name_the_key(body: str, path: str, message: str) -> None:
+    text = HANDLERS + "pools:\n  pdf:\n    queues: {pdf: 1}\n" + f"tenants: {{{body}}}\n"
+    got_path, got = problem(text)
+    assert got_path == path
+    assert message in got
