@@ -163,10 +163,14 @@ class Claimed:
 def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
     rows = cursor.fetchall()
     # The last row carries the completed ids and the limits' wait; every row before it is a
-    # claimed job.
-    jobs = [Job(*row[:-2]) for row in rows[:-1]]
+    # claimed job. Columns found by name: the benchmarks read older claims (sql/benchmarks.sql,
+    # earlier releases') with fewer job columns and no limit_wait.
+    names = [column.name for column in cursor.description or ()]
+    at = names.index("completed")
+    jobs = [Job(*row[:at]) for row in rows[:-1]]
     jobs.sort(key=lambda j: j.sort_key)
-    return Claimed(jobs, _split(done, rows[-1][-2] or ()), rows[-1][-1])
+    wait = rows[-1][names.index("limit_wait")] if "limit_wait" in names else None
+    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait)
 
 
 def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
