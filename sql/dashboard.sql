@@ -164,6 +164,36 @@ WHERE %(kind)s::text IS NULL OR s.kind = %(kind)s::text
 LIMIT %(limit)s
 OFFSET %(offset)s;
 
+-- name: web_queue_tenants
+-- The queue's busiest tenants (most jobs due now), at most 10, each with its oldest due job's
+-- wait and its running jobs, among the first %(scan)s due jobs in claim order (the jobs_claim
+-- index): the page's cost stays flat whatever the backlog. Jobs without a tenant show as null.
+WITH due AS (
+    SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, j.run_at
+    FROM pgq.jobs AS j
+    WHERE j.state = 'available'
+      AND j.queue = %(queue)s
+      AND j.run_at <= now()
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(scan)s
+),
+busiest AS (
+    SELECT tenant, count(*) AS available,
+           extract(epoch FROM now() - min(run_at))::float8 AS oldest_wait
+    FROM due
+    GROUP BY tenant
+    ORDER BY available DESC, tenant
+    LIMIT 10
+)
+SELECT nullif(b.tenant, '') AS tenant, b.available, b.oldest_wait,
+       (SELECT count(*)
+        FROM pgq.jobs AS r
+        WHERE r.state = 'running'
+          AND r.queue = %(queue)s
+          AND coalesce(r.tenant, '') COLLATE "C" = b.tenant) AS running
+FROM busiest AS b
+ORDER BY b.available DESC, b.tenant;
+
 -- name: web_queue_running
 -- One page of a queue's running jobs, soonest lease expiry first (the jobs_lease index).
 SELECT s.*

@@ -171,9 +171,21 @@ SELECT pg_notify('pgq_scheduled', '');
 -- finished job of a batch counts down its batch (pgq.batch_ended), which enqueues the batch's
 -- `then` job when it was the last; jobs outside batches never call it.
 --
+-- Limits (docs/limits.md; a row in pgq.queue_limits, migrations 0013-0014). A queue with
+-- limits claims only what they allow now: allowance takes its queue-wide room (free
+-- concurrency slots, counting the jobs this statement completes as free, and rate tokens) under
+-- the queue's mutex, and walk skips the queue when that is none; walk asks each tenant it
+-- visits for its room under the per-tenant limits and steps over a tenant that has none (its
+-- jobs wait, spending no attempt); capped keeps at most the queue's room of what next found;
+-- then held_back gives back the queue tokens of jobs not claimed, takes the tenants' tokens
+-- for the jobs claimed and says how long a claim that took nothing may sleep. A pool without
+-- limits pays one probe of the small pgq.queue_limits and nothing else.
+--
 -- Rows: one per claimed job, then one last row whose final column holds the ids of the finished
 -- jobs that were still ours (null when none was): a finished job missing from it had lost its
--- lease to another worker, and its result was dropped.
+-- lease to another worker, and its result was dropped. Its column `limit_wait` is set when a
+-- limit held every job back: the seconds until the next rate token promised to this claim is
+-- due (the child may sleep that long); -1 when a queue-wide concurrency limit is full.
 WITH done AS (
     DELETE FROM pgq.jobs AS j
     USING unnest(%(done_ids)s::bigint[], %(done_lease_ids)s::bigint[]) AS f(id, lease_id)
@@ -191,16 +203,34 @@ recorded AS (
 token AS (
     SELECT nextval('pgq.lease_seq') AS lease_id
 ),
+allowance AS (
+    -- The pool's queues with limits, each with what its queue-wide limits allow now, under its
+    -- queue's mutex (pgq.limit_take_all, 0013). A pool without limits skips the call: one
+    -- probe of the small pgq.queue_limits per queue.
+    SELECT a.queue, a.allowed, a.wait, a.per_tenant, a.tenant_rated
+    FROM pgq.limit_take_all(%(queues)s::text[], %(limit)s, %(done_ids)s::bigint[],
+                            %(done_lease_ids)s::bigint[]) AS a
+    WHERE EXISTS (
+        SELECT 1
+        FROM unnest(%(queues)s::text[]) AS q(queue)
+        -- A probe of the primary key per queue (LIMIT: not flattened into a join).
+        CROSS JOIN LATERAL (SELECT 1 FROM pgq.queue_limits AS l WHERE l.queue = q.queue LIMIT 1)
+            AS hit
+    )
+),
 next AS (
-    SELECT pick.id
+    SELECT pick.id, pool.queue
     -- Nothing may sit between the unnest and the LATERAL: the queues must reach it in the
     -- order given (a join with pgq.queue_pauses here was hashed in generic plans, which
     -- reordered them), so the pause check is the walk's first condition.
     FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS pool(queue, resume)
     CROSS JOIN LATERAL (
-        WITH RECURSIVE walk (tenant, lap, step) AS (
+        WITH RECURSIVE walk (tenant, lap, step, room, found, per_tenant) AS (
             -- The first tenant at or after the resume point, else (lap 1) the first of all.
-            SELECT f.tenant, f.lap, 1
+            -- room: how many jobs the tenant may start now under the queue's per-tenant limits
+            -- (pgq.tenant_room, 0013; the batch when the queue has none); found counts the
+            -- tenants with room, so a tenant at its limit is stepped over, not counted.
+            SELECT f.tenant, f.lap, 1, r.room, (r.room > 0)::integer, lim.per_tenant
             FROM ((SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, 0 AS lap
                    FROM pgq.jobs AS j
                    WHERE j.state = 'available'
@@ -216,11 +246,29 @@ next AS (
                    ORDER BY 1
                    LIMIT 1)
                   LIMIT 1) AS f
+            -- The queue's allowance (none: no limits), read by scalar subqueries here rather
+            -- than joined to pool, for the same reason as the pause check.
+            CROSS JOIN LATERAL (
+                SELECT (SELECT a.allowed FROM allowance AS a WHERE a.queue = pool.queue)
+                           AS allowed,
+                       coalesce((SELECT a.per_tenant FROM allowance AS a
+                                 WHERE a.queue = pool.queue), false) AS per_tenant
+            ) AS lim
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN lim.per_tenant
+                            THEN pgq.tenant_room(pool.queue, f.tenant, %(limit)s,
+                                                 %(done_ids)s::bigint[],
+                                                 %(done_lease_ids)s::bigint[])
+                            ELSE %(limit)s END AS room
+            ) AS r
             WHERE NOT EXISTS (SELECT 1 FROM pgq.queue_pauses AS qp WHERE qp.queue = pool.queue)
+              -- A queue at its queue-wide limit is skipped whole: no tenant, no probe of its jobs.
+              AND lim.allowed IS DISTINCT FROM 0
             UNION ALL
             -- The next tenant after it; past the last, wrap to the first (once); stop before
-            -- the resume point again, or at %(limit)s tenants.
-            SELECT s.tenant, s.lap, w.step + 1
+            -- the resume point again, or at %(limit)s tenants with room.
+            SELECT s.tenant, s.lap, w.step + 1, r.room, w.found + (r.room > 0)::integer,
+                   w.per_tenant
             FROM walk AS w
             CROSS JOIN LATERAL (
                 (SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, w.lap AS lap
@@ -240,13 +288,24 @@ next AS (
                  LIMIT 1)
                 LIMIT 1
             ) AS s
-            WHERE w.step < %(limit)s
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN w.per_tenant
+                            THEN pgq.tenant_room(pool.queue, s.tenant, %(limit)s,
+                                                 %(done_ids)s::bigint[],
+                                                 %(done_lease_ids)s::bigint[])
+                            ELSE %(limit)s END AS room
+            ) AS r
+            WHERE w.found < %(limit)s
               AND (s.lap = 0 OR s.tenant < pool.resume)
         ),
         quota AS (
-            SELECT w.step, w.tenant,
-                   ceil(%(limit)s * coalesce(tw.weight, 1)::float8
-                        / sum(coalesce(tw.weight, 1)) OVER ())::integer AS jobs
+            -- A tenant without room takes no share (and no job: its LIMITs are 0). Not a WHERE:
+            -- a filter here changes the row estimates, and with them the pool's plan.
+            SELECT w.step, w.tenant, w.room,
+                   least(w.room,
+                         ceil(%(limit)s * coalesce(tw.weight, 1)::float8
+                              / sum(coalesce(tw.weight, 1)) FILTER (WHERE w.room > 0) OVER ())
+                   )::integer AS jobs
             FROM walk AS w
             LEFT JOIN unnest(%(tenant_queues)s::text[], %(tenant_names)s::text[],
                              %(tenant_weights)s::integer[]) AS tw(queue, tenant, weight)
@@ -280,11 +339,24 @@ next AS (
               AND j.run_at <= now()
             ORDER BY j.priority DESC, j.run_at, j.id
             OFFSET v.jobs
-            LIMIT %(limit)s
+            LIMIT v.room - v.jobs
             FOR UPDATE SKIP LOCKED
         ) AS p
     ) AS pick
     LIMIT %(limit)s
+),
+capped AS (
+    -- At most what each queue's queue-wide limits allow: the rest of what next locked stays
+    -- available (its row locks end with this short transaction). Applied here, not inside
+    -- next, because a LIMIT there changes the planner's row estimates and with them the plan
+    -- of the pause check (a hash join that could lose the weights' order).
+    SELECT n.id
+    FROM next AS n
+    WHERE NOT EXISTS (SELECT 1 FROM allowance AS a WHERE a.queue = n.queue)
+    UNION ALL
+    SELECT x.id
+    FROM allowance AS a
+    CROSS JOIN LATERAL (SELECT n.id FROM next AS n WHERE n.queue = a.queue LIMIT a.allowed) AS x
 ),
 claimed AS (
     UPDATE pgq.jobs AS j
@@ -299,16 +371,29 @@ claimed AS (
     -- prepared statement's generic plan takes LIMIT %(limit)s for a tenth of the table and hashes
     -- the whole table to join it; PostgreSQL then plans the statement afresh at every run
     -- instead (0.6 ms of planning per claim). = ANY keeps the generic plan to index look-ups.
-    WHERE j.id = ANY (ARRAY(SELECT id FROM next))
+    WHERE j.id = ANY (ARRAY(SELECT id FROM capped))
     RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
               j.lease_id, j.lease_until, j.created_at, j.batch, j.traceparent, j.tenant
+),
+held_back AS (
+    -- The limits' accounts settled (pgq.limit_finish, 0013): the queues' unused tokens back, the
+    -- tenants' tokens taken, and how long the limits hold a claim that took nothing back.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM allowance) THEN pgq.limit_finish(
+        ARRAY(SELECT a.queue FROM allowance AS a),
+        ARRAY(SELECT a.allowed FROM allowance AS a),
+        ARRAY(SELECT a.wait FROM allowance AS a),
+        ARRAY(SELECT a.queue FROM allowance AS a WHERE a.tenant_rated),
+        ARRAY(SELECT c.queue FROM claimed AS c),
+        ARRAY(SELECT coalesce(c.tenant, '') FROM claimed AS c)
+    ) END AS wait
 )
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
-       created_at, batch, traceparent, tenant, NULL::bigint[] AS completed
+       created_at, batch, traceparent, tenant, NULL::bigint[] AS completed,
+       NULL::float8 AS limit_wait
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       d.ids
+       d.ids, (SELECT wait FROM held_back)
 -- The finished jobs' results and batch counts ride on this last row, read once from `done`:
 -- pgq.keep_results only when some job returned something, pgq.batch_ended only when some job
 -- belongs to a batch, so a plain completion calls neither. They run after the claim (so the

@@ -35,6 +35,9 @@ class Claimer:
         # Which queue the master's wake-up named, tried first at the next claim.
         self.hint: str | None = None
         self.woke_from_idle = False
+        # Seconds until a rate-limited queue's next token is due for this child, after a claim
+        # that a rate held back (None: no rate did): the idle wait ends then (docs/limits.md).
+        self.token_due: float | None = None
 
     def claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs across the pool's queues in one statement. Outcomes still
@@ -69,13 +72,16 @@ class Claimer:
                 tenant_weights=self.tenants.weights,
             )
 
+        self.token_due = None
         started = time.perf_counter()
         queues = ", ".join(order)
         try:
             if self.completer:
                 jobs = self.completer.write(claim=send)
+                limit_wait = self.completer.limit_wait
             else:
-                jobs = jobs_api.read_claim(send(session.conn, ())).jobs
+                claimed = jobs_api.read_claim(send(session.conn, ()))
+                jobs, limit_wait = claimed.jobs, claimed.limit_wait
         except RECONNECT_ERRORS as exc:
             session.warn(f"claim from queues {queues} failed: {exc}")
             session.reconnect()
@@ -91,6 +97,9 @@ class Claimer:
             self.tenants.advance(queue, start, jobs)
         if not jobs:
             self.board.count(Counter.CLAIMS_EMPTY)
+            if limit_wait is not None and limit_wait >= 0:
+                # Held back by a rate: come back when the token promised to this child is due.
+                self.token_due = limit_wait
             # Every queue was empty: the master raises their wake-up flags
             # (master/wakeups.py), so that the next enqueue to them notifies.
             self.process.report(b"I")

@@ -35,10 +35,6 @@ FLUSH_AFTER = 0.25
 ClaimSender = Callable[[psycopg.Connection[Any], Sequence[Job]], psycopg.Cursor[Any]]
 
 
-def _claim_only(conn: psycopg.Connection[Any], claim: ClaimSender | None) -> list[Job]:
-    return jobs_api.read_claim(claim(conn, ())).jobs if claim is not None else []
-
-
 class Completer:
     """Outcomes waiting to be written, and their writing."""
 
@@ -73,6 +69,8 @@ class Completer:
         # After the database refused an outcome (a trigger, a constraint), when to try it again.
         self.retry_at = 0.0
         self.retry_delay = 0.0
+        # The last claim's limit_wait (jobs_api.Claimed): how long the queue's limits hold it back.
+        self.limit_wait: float | None = None
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -139,7 +137,7 @@ class Completer:
         conn = self.session.conn
         assert conn is not None
         if not self.ready():
-            return _claim_only(conn, claim)
+            return self._claim_only(conn, claim)
         done, history = self.done, self.history
         # Without a claim to carry them, finished jobs go in the claim statement claiming
         # nothing; with neither a claim nor finished jobs, only the settle is sent.
@@ -162,7 +160,7 @@ class Completer:
             raise
         except psycopg.Error:
             self._write_one_by_one(conn)
-            return _claim_only(conn, claim)
+            return self._claim_only(conn, claim)
         self._written(
             _tally(
                 self.board,
@@ -175,6 +173,7 @@ class Completer:
             )
         )
         self._announce(self.settled)
+        self.limit_wait = result.limit_wait if result is not None else None
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         self._changed()
@@ -183,6 +182,13 @@ class Completer:
     def _written(self, written: tuple[list[Job], list[Job]]) -> None:
         if self.on_written is not None:
             self.on_written(*written)
+
+    def _claim_only(self, conn: psycopg.Connection[Any], claim: ClaimSender | None) -> list[Job]:
+        if claim is None:
+            return []
+        claimed = jobs_api.read_claim(claim(conn, ()))
+        self.limit_wait = claimed.limit_wait
+        return claimed.jobs
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
         if self.on_scheduled is not None and any(s.scheduled for s in settled):

@@ -92,10 +92,14 @@ class Parts:
 
     def idle(self, poll_interval: float, extra_fds: tuple[int, ...] = ()) -> None:
         """Wait for a wake-up from the master, a signal, or the poll interval (jittered so
-        idle children do not poll in step)."""
+        idle children do not poll in step), or until the token a rate promised is due (the
+        database already spread those promises over the waiting children)."""
         self.board.set_state(State.IDLE)
         wake_fd = self.spec.wake_fd
-        ready = self.process.wait([wake_fd, *extra_fds], poll_interval * random.uniform(0.5, 1.0))
+        timeout = poll_interval * random.uniform(0.5, 1.0)
+        if self.claimer.token_due is not None:
+            timeout = min(timeout, self.claimer.token_due)
+        ready = self.process.wait([wake_fd, *extra_fds], timeout)
         for fd in ready:
             if fd != wake_fd:
                 drain(fd)

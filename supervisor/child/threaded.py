@@ -65,6 +65,8 @@ class ThreadedLoop:
                     parts.board.set_state(State.RUNNING)
                     continue
             wait = pool.poll_interval if free > 0 else 1.0
+            if free > 0 and parts.claimer.token_due is not None:
+                wait = min(wait, parts.claimer.token_due)
             if completer and completer.ready():
                 wait = min(wait, 0.02)
             questions.answer()  # asked while this turn claimed or wrote

@@ -14,7 +14,8 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli import schedules
+from supervisor.cli import limits_view, schedules
+from supervisor.cli.limits_view import LimitsView
 from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.tables import age, clock_time, iso, safe, table
 from supervisor.config import Config, PoolConfig
@@ -106,6 +107,7 @@ class Status:
     # (queue, kind, jobs) of the jobs whose outcome is unknown (effects: external).
     unknown: list[tuple[str, str, int]] = field(default_factory=list)
     hooked: frozenset[str] = frozenset()  # kinds with a reconcile hook
+    limits: LimitsView = field(default_factory=LimitsView)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -139,6 +141,7 @@ class Status:
                     f"supervisor pid {s.pid} on {safe(s.host)}: no heartbeat for "
                     f"{age(s.heartbeat_age)} (it beats every 5s): stopped or stuck?"
                 )
+        found += self.limits.warnings(self.config_path)
         ready = sum(q.available for q in self.queues)
         if ready and not any(not s.stale for s in self.supervisors):
             found.append(f"no supervisor is running (no fresh heartbeat), and {_jobs(ready)} due")
@@ -185,6 +188,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         doctor=read_culprits(conn, config.doctor),
         unknown=count_unknown(conn),
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile),
+        limits=limits_view.gather(conn, config),
     )
 
 
@@ -269,6 +273,8 @@ def to_json(status: Status) -> dict[str, Any]:
         ],
         "schedules": schedules.to_json(status.schedules),
         "unknown": [{"queue": q, "kind": k, "jobs": n} for q, k, n in status.unknown],
+        "limits": limits_view.to_json(status.limits),
+        "busiest_tenants": limits_view.tenants_json(status.limits),
         "warnings": status.warnings(),
     }
 
@@ -322,6 +328,7 @@ def render(status: Status) -> list[str]:
     lines += ["", "SUPERVISORS"]
     lines += _supervisor_lines(status.supervisors)
     lines += schedules.lines(status.schedules)
+    lines += limits_view.lines(status.limits)
     warnings = status.warnings()
     lines += ["", "ATTENTION" if warnings else "Nothing needs attention."]
     lines += [f"  ! {w}" for w in warnings]

@@ -31,8 +31,11 @@ from supervisor.config.model import (
     MetricsConfig,
     PoolConfig,
     PurgeConfig,
+    QueueLimits,
+    Rate,
     RescueConfig,
     ScheduleConfig,
+    TenantLimits,
     VacuumConfig,
 )
 from supervisor.config.reader import Reader, SyntaxProblem, compose, describe
@@ -51,8 +54,11 @@ __all__ = [
     "MetricsConfig",
     "PoolConfig",
     "PurgeConfig",
+    "QueueLimits",
+    "Rate",
     "RescueConfig",
     "ScheduleConfig",
+    "TenantLimits",
     "VacuumConfig",
     "load_config",
     "parse_config",

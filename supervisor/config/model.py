@@ -209,6 +209,33 @@ class ScheduleConfig:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A token bucket: ``per_second`` tokens a second, at most ``burst`` saved up."""
+
+    per_second: float
+    burst: int
+    text: str  # as written in the file ("50/s"), for status and errors
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    """Limits for each tenant of a queue, separately."""
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """`limits.QUEUE`: enforced by every claim on the database, whichever supervisor makes it."""
+
+    queue: str
+    concurrency: int | None = None
+    rate: Rate | None = None
+    per_tenant: TenantLimits | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     database: DatabaseConfig
@@ -231,6 +258,7 @@ class Config:
     # queue -> tenant -> weight (YAML `tenants: {QUEUE: {weights: {TENANT: N}}}`); a tenant
     # not listed has weight 1.
     tenants: dict[str, dict[str, int]] = field(default_factory=dict)
+    limits: dict[str, QueueLimits] = field(default_factory=dict)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.
     host: str | None = None

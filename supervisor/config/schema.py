@@ -29,6 +29,7 @@ from supervisor.config.fields import (
     size,
     text,
 )
+from supervisor.config.limits import limits
 from supervisor.config.model import (
     DAY,
     Config,
@@ -77,6 +78,7 @@ TOP_KEYS = (
     "web",
     "schedules",
     "tenants",
+    "limits",
     "host",
     "results",
     "reconcile",
@@ -97,11 +99,12 @@ _POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 def build_config(reader: Reader, top: Section, source: str) -> Config:
     top.only(*TOP_KEYS)
     handlers, kinds = _handlers(top)
+    pools = _pools(top)
     return Config(
         path=source,
         database=_database(top.section("database", "dsn, embedded, embedded_dir, auto_migrate...")),
         handlers=handlers,
-        pools=_pools(top),
+        pools=pools,
         jobs=_jobs(top, kinds),
         shutdown_timeout=top.get("shutdown_timeout", duration(MAX_TIMEOUT), 30.0),
         lease=_lease(top.section("lease", "duration, renew_every")),
@@ -117,6 +120,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         results=_results(top.section("results", "max_size")),
         reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
         tenants=_tenants(top),
+        limits=limits(top, pools),
         host=_host(reader, top),
         lines=dict(reader.lines),
     )

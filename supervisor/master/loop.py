@@ -36,6 +36,7 @@ from supervisor.services.cancel_watch import CancelWatch
 from supervisor.services.database import MasterDatabase
 from supervisor.services.heartbeat import Heartbeat
 from supervisor.services.leases import LeaseRenewal
+from supervisor.services.limits_sync import LimitSync
 from supervisor.services.memory_watch import MemoryWatch
 from supervisor.services.pending import Readable
 from supervisor.services.purge import Purger
@@ -119,6 +120,7 @@ class Master(Slots, Reaping, Stopping):
         self.reconciler = Reconciler(self, load_reconcilers(config))
         self.stager = Stager(self)
         self.wakeups = WakeupFlags(self)
+        self.limit_sync = LimitSync(self)
         self.services: list[Service] = []
         self.metrics_services: list[Service] = []
         self.title = ""
@@ -224,6 +226,7 @@ class Master(Slots, Reaping, Stopping):
         if not self.purger.running:  # purge.at may have changed; a run in progress goes on
             self.purger.next_due = self.purger.next_run(time.monotonic())
         self.rescuer.interval = config.rescue.interval  # kept, like a rescue under way
+        self.limit_sync = LimitSync(self)
         self.services = [
             LeaseRenewal(self, config.lease.renew_every, first_in=config.lease.renew_every),
             self.rescuer,
@@ -236,6 +239,7 @@ class Master(Slots, Reaping, Stopping):
             self.stager,
             Scheduler(self),
             self.reconciler,
+            self.limit_sync,
         ]
         # Imported and checked already (startup, or the reload that brought this config).
         self.reconciler.hooks = load_reconcilers(config)

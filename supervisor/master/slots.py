@@ -14,6 +14,7 @@ from supervisor.master.pools import PoolRuntime
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
     from supervisor.config.handlers import Handler
+    from supervisor.services.limits_sync import LimitSync
 
 log = logging.getLogger("pgq.master")
 
@@ -29,6 +30,7 @@ class Slots:
     pools: dict[str, PoolRuntime]
     children: dict[int, Child]
     selector: selectors.BaseSelector
+    limit_sync: LimitSync
     # ... and the Master's enforce_stop_deadline and inherited_fds.
 
     def new_pool_runtime(self, pool: PoolConfig) -> PoolRuntime:
@@ -50,6 +52,8 @@ class Slots:
         """One fork per turn: a fork copies the master's page tables and costs milliseconds,
         and a pool of many children forked in one turn would hold the loop for all of them.
         The next empty slot is due still, so the next turn follows at once."""
+        if not self.limit_sync.settled:
+            return  # no child may claim before its queues' limits are in the database
         now = time.monotonic()
         for runtime in self.pools.values():
             for slot in runtime.slots:

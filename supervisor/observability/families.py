@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from supervisor.doctor.horizon import Horizon
 from supervisor.observability.exposition import Family
 from supervisor.observability.view import TURN_BUCKETS, MasterCounters, MasterView
+from supervisor.queue.limits import LimitUse, TenantBacklog
 from supervisor.queue.maintenance import QueueStats
 from supervisor.shared.board import CLAIM_BUCKETS, JOB_BUCKETS, Board, Counter, State
 
@@ -66,6 +67,8 @@ class PoolTotals:
 class QueueSnapshot:
     queues: list[QueueStats]
     taken: float  # time.monotonic() when the database answered
+    limits: list[LimitUse] = field(default_factory=list)
+    tenants: list[TenantBacklog] = field(default_factory=list)
 
 
 def pool_totals(master: MasterView, absorbed: Mapping[str, PoolTotals]) -> dict[str, PoolTotals]:
@@ -107,6 +110,7 @@ def families(
     return [
         *queue_families(master, snapshot, now),
         *horizon_families(horizon),
+        *limit_families(snapshot),
         *pool_families(pool_totals(master, absorbed)),
         *master_families(master.counters),
         *children_families(master),
@@ -176,6 +180,53 @@ def doctor_notes(horizon: Horizon | None) -> list[str]:
     if horizon is None:
         return []
     return [f"doctor: {c.status} {c.name}: {c.detail}" for c in horizon.culprits]
+
+
+def limit_families(snapshot: QueueSnapshot | None) -> list[Family]:
+    """Each queue limit in force on the database (every supervisor's claims together) and its
+    use, read with the queue figures. A queue without a limit has no series."""
+    cap = Family("pgq_limit_concurrency", "gauge", "A queue's concurrency limit (jobs at once).")
+    running = Family(
+        "pgq_limit_running",
+        "gauge",
+        "Jobs of a concurrency-limited queue running now, on every host: the slots its limit "
+        "counts (a claimed job holds one until its claim ends).",
+    )
+    rate = Family("pgq_limit_rate_per_second", "gauge", "A queue's rate limit, in starts a second.")
+    burst = Family("pgq_limit_burst", "gauge", "Tokens a queue's rate limit can save up.")
+    tokens = Family(
+        "pgq_limit_tokens",
+        "gauge",
+        "Tokens in a rate-limited queue's bucket now (0: its claims wait for the next one).",
+    )
+    for use in snapshot.limits if snapshot is not None else []:
+        if use.concurrency is not None:
+            cap.add(use.concurrency, queue=use.queue)
+            running.add(use.running, queue=use.queue)
+        if use.rate is not None and use.burst is not None and use.tokens is not None:
+            rate.add(use.rate, queue=use.queue)
+            burst.add(use.burst, queue=use.queue)
+            tokens.add(use.tokens, queue=use.queue)
+    backlog = Family(
+        "pgq_tenant_jobs_due",
+        "gauge",
+        'Jobs due now of the ten busiest tenants (most jobs due), by queue and tenant ("": the '
+        "jobs without a tenant).",
+    )
+    oldest = Family(
+        "pgq_tenant_oldest_wait_seconds",
+        "gauge",
+        "How long the oldest due job of each of the ten busiest tenants has waited.",
+    )
+    tenant_running = Family(
+        "pgq_tenant_running", "gauge", "Running jobs of each of the ten busiest tenants."
+    )
+    for t in snapshot.tenants if snapshot is not None else []:
+        labels = {"queue": t.queue, "tenant": t.tenant or ""}
+        backlog.add(t.available, **labels)
+        oldest.add(t.oldest_wait, **labels)
+        tenant_running.add(t.running, **labels)
+    return [cap, running, rate, burst, tokens, backlog, oldest, tenant_running]
 
 
 def pool_families(totals: Mapping[str, PoolTotals]) -> list[Family]:

@@ -30,6 +30,7 @@ from supervisor.observability import families
 from supervisor.observability.exposition import CONTENT_TYPE, render
 from supervisor.observability.families import PoolTotals, QueueSnapshot
 from supervisor.observability.view import MasterView
+from supervisor.queue.limits import LimitUse, TenantBacklog
 from supervisor.queue.maintenance import QueueStats
 from supervisor.shared.board import Board
 
@@ -106,6 +107,8 @@ class MetricsServer:
         self.snapshot: QueueSnapshot | None = None
         self.stats_interval = STATS_INTERVAL
         self.horizon: Horizon | None = None
+        self.limit_uses: list[LimitUse] = []
+        self.tenants: list[TenantBacklog] = []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -122,9 +125,18 @@ class MetricsServer:
         log.info("metrics on http://%s:%s/metrics", *self.address)
 
     def queue_stats_read(self, queues: list[QueueStats], taken: float, interval: float) -> None:
-        """A fresh snapshot of the queue table; the next is due in ``interval`` seconds."""
-        self.snapshot = QueueSnapshot(queues, taken)
+        """A fresh snapshot of the queue table, with the limits' use and the busiest tenants
+        read just before it; the next is due in ``interval`` seconds."""
+        self.snapshot = QueueSnapshot(queues, taken, self.limit_uses, self.tenants)
         self.stats_interval = interval
+
+    def limits_read(self, uses: list[LimitUse]) -> None:
+        """Each queue limit in force and its use (pgq.queue_limits)."""
+        self.limit_uses = uses
+
+    def tenants_read(self, tenants: list[TenantBacklog]) -> None:
+        """The ten busiest tenants (most jobs due now)."""
+        self.tenants = tenants
 
     def horizon_read(self, horizon: Horizon) -> None:
         """The doctor's latest reading of the xmin horizon."""

@@ -151,18 +151,26 @@ def send_claim(
 @dataclass(frozen=True)
 class Claimed:
     """What a claim statement did: the jobs it claimed, in the order to run them, and which of
-    the finished jobs it carried were still ours."""
+    the finished jobs it carried were still ours. ``limit_wait`` is set when the queue's limits
+    held every job back: seconds until its next rate token is due, or -1 when it waits for a
+    concurrency slot (see docs/limits.md)."""
 
     jobs: list[Job]
     completed: Fenced
+    limit_wait: float | None = None
 
 
 def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
     rows = cursor.fetchall()
-    # The last row carries the completed ids; every row before it is a claimed job.
-    jobs = [Job(*row[:-1]) for row in rows[:-1]]
+    # The last row carries the completed ids and the limits' wait; every row before it is a
+    # claimed job. Columns found by name: the benchmarks read older claims (sql/benchmarks.sql,
+    # earlier releases') with fewer job columns and no limit_wait.
+    names = [column.name for column in cursor.description or ()]
+    at = names.index("completed")
+    jobs = [Job(*row[:at]) for row in rows[:-1]]
     jobs.sort(key=lambda j: j.sort_key)
-    return Claimed(jobs, _split(done, rows[-1][-1] or ()))
+    wait = rows[-1][names.index("limit_wait")] if "limit_wait" in names else None
+    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait)
 
 
 def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:

@@ -20,7 +20,7 @@ import psycopg
 from supervisor.doctor import horizon
 from supervisor.doctor.sql import doctor_query
 from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
-from supervisor.queue import maintenance
+from supervisor.queue import limits, maintenance
 from supervisor.queue.dsn import DatabaseError, connect, scrub
 from supervisor.queue.queries import query
 from supervisor.services.base import Host, Service
@@ -67,7 +67,14 @@ class QueueStatsRefresh(Service, Readable):
         self.fd = -1
 
     def readings(self) -> list[tuple[str, Callable[[Rows, float], None]]]:
-        return [(doctor_query("horizon"), self._horizon), (query("queue_stats"), self._queues)]
+        # The queue figures last: their handler ends the refresh, with the limits read just
+        # before them (the snapshot carries both).
+        return [
+            (doctor_query("horizon"), self._horizon),
+            (limits.use_statement(), self._limits),
+            (limits.busiest_tenants_statement(), self._tenants),
+            (query("queue_stats"), self._queues),
+        ]
 
     def run_once(self) -> int:
         if self.pending is not None:
@@ -148,6 +155,12 @@ class QueueStatsRefresh(Service, Readable):
         if text is not None:
             doc = json.loads(text)
             self.server.horizon_read(horizon.summarize(doc, self.host.config.doctor))
+
+    def _limits(self, rows: Rows, now: float) -> None:
+        self.server.limits_read(limits.limit_use_from_rows(rows))
+
+    def _tenants(self, rows: Rows, now: float) -> None:
+        self.server.tenants_read(limits.tenants_from_rows(rows))
 
     def _queues(self, rows: Rows, now: float) -> None:
         self.server.queue_stats_read(maintenance.queue_stats_from_rows(rows), now, self.interval)

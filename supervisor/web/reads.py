@@ -24,7 +24,9 @@ from supervisor.cli import schedules
 from supervisor.cli.schedules import ScheduleRow
 from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
 from supervisor.config import Config, PoolConfig
+from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
+from supervisor.queue.limits import LimitUse
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scheduled import ScheduleRecord
 from supervisor.queue.unknown import UnknownJob
@@ -227,6 +229,11 @@ class JobPage:
     jobs: list[dict[str, Any]]
     more: bool
     paused: bool
+    # The queue's limits in force (every supervisor's claims together) and their use, or None.
+    limits: LimitUse | None = None
+    # The queue's busiest tenants among its first SCAN due jobs (tenant, available, oldest_wait,
+    # running); empty when none of them has a tenant.
+    tenants: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def queue_jobs(
@@ -244,8 +251,13 @@ async def queue_jobs(
         now = await server_now(conn)
         rows = await fetch(conn, dashboard_query(f"web_queue_{state}"), params)
         paused = any(r["queue"] == queue for r in await fetch(conn, query("paused_queues")))
+        uses = await fetch(conn, limits.use_statement())
+        tenants = await fetch(conn, dashboard_query("web_queue_tenants"), params)
     more = len(rows) > PAGE_SIZE
-    return JobPage(now, queue, state, kind, page, rows[:PAGE_SIZE], more, paused)
+    limit = next((LimitUse(**u) for u in uses if u["queue"] == queue), None)
+    if not any(t["tenant"] is not None for t in tenants):
+        tenants = []
+    return JobPage(now, queue, state, kind, page, rows[:PAGE_SIZE], more, paused, limit, tenants)
 
 
 @dataclass(frozen=True)

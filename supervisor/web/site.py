@@ -20,6 +20,7 @@ from supervisor.cli.tables import age, clock_time
 from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.config.units import UnitError, parse_duration
+from supervisor.queue.limits import format_rate
 from supervisor.web import charts
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure
@@ -93,6 +94,7 @@ def templates(folder: Path) -> Environment:
     env.filters["pretty_json"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
     env.filters["last_line"] = lambda text: ((text or "").strip().splitlines() or [""])[-1]
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
+    env.filters["rate"] = format_rate
     env.globals["share"] = share
     env.globals["sparkline"] = charts.sparkline
     env.globals["bars"] = charts.bars

@@ -113,3 +113,37 @@ def test_a_database_that_does_not_answer_gets_a_page_that_says_so_without_the_pa
     assert page.status_code == 503
     assert f"pgq@127.0.0.1:{port}/nowhere does not answer" in page.text
     assert "s3cret-pw" not in page.text
+
+
+def test_the_queue_page_shows_its_limits_and_their_use(
+    conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    from supervisor.queue import jobs as jobs_api
+    from supervisor.queue.limits import Limits, write_limits
+
+    write_limits(
+        conn,
+        [Limits(QUEUE, concurrency=2, rate=0.05, burst=3, tenant_concurrency=1)],
+        [QUEUE],
+        "host-a:1:ab",
+    )
+    enqueue_many(conn, [NewJob("k", queue=QUEUE, tenant=f"t{n}") for n in range(2)])
+    enqueue_many(conn, [NewJob("k", queue=QUEUE, tenant="<i>acme</i>")] * 3)
+    enqueue_many(conn, [NewJob("k", queue=QUEUE)] * 2)
+    jobs_api.claim(conn, QUEUE, worker="w", limit=4)  # the cap lets two start
+
+    async def steps(client: httpx.AsyncClient) -> list[httpx.Response]:
+        limited = await client.get(f"/queues/{quote(QUEUE, safe='')}")
+        free = await client.get("/queues/other")
+        return [limited, free]
+
+    limited, free = with_client(dsn, steps)
+    assert limited.status_code == 200
+    assert "2 of 2 running" in limited.text and "full" in limited.text
+    assert "3/min, burst 3: 1.0 tokens now" in limited.text
+    assert "concurrency 1" in limited.text and "host-a:1:ab" in limited.text
+    assert 'id="limits"' not in free.text and 'id="tenants"' not in free.text
+    # The busiest tenants: acme's three jobs wait (escaped), then those without a tenant.
+    rows = limited.text.split('id="tenants"')[1].split("</table>")[0]
+    assert rows.index("&lt;i&gt;acme&lt;/i&gt;") < rows.index("(no tenant)")
+    assert "<i>acme</i>" not in limited.text

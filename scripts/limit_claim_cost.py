@@ -1,0 +1,115 @@
+"""What queue limits cost a claim: the claim statement on a queue without limits, with
+queue-wide limits and with per-tenant limits (set so high that they never hold a job back, so
+every variant claims the same jobs), and, given --baseline (a sql/queries.sql from before the
+limits, e.g. `git show claim:sql/queries.sql > /tmp/base.sql`), the statement without the limits'
+hooks at all. One table (20,000 waiting jobs over 50 tenants, 100,000 dead letters), the
+variants interleaved round by round so all see the same cache and vacuum state; the claimed jobs
+go back to available after each claim. Prints a table and, as the last line, JSON.
+
+    .venv/bin/python scripts/limit_claim_cost.py [--baseline FILE] [--rounds 3] [--claims 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.common import fresh_database
+
+from supervisor import migrate
+from supervisor.queue.jobs import claim_params, read_claim
+from supervisor.queue.limits import Limits, write_limits
+from supervisor.queue.queries import parse, query
+
+NEVER = 1_000_000  # a limit no run of this script comes near
+LIMITS = {
+    "none": None,
+    "queue": Limits("pdf", concurrency=NEVER, rate=float(NEVER), burst=NEVER),
+    "tenant": Limits("pdf", tenant_concurrency=NEVER, tenant_rate=float(NEVER), tenant_burst=NEVER),
+}
+
+
+def latencies(conn: psycopg.Connection[Any], sql: str, claims: int, batch: int) -> list[float]:
+    params = claim_params(["pdf"], worker="bench", limit=batch, lease_seconds=60)
+    found = []
+    for _ in range(claims):
+        started = time.perf_counter()
+        jobs = read_claim(conn.execute(sql, params)).jobs
+        found.append((time.perf_counter() - started) * 1000)
+        assert len(jobs) == batch, len(jobs)
+        conn.execute(
+            "UPDATE pgq.jobs SET state = 'available', lease_id = NULL, locked_by = NULL,"
+            " lease_until = NULL, attempts = 0 WHERE id = ANY(%s)",
+            ([j.id for j in jobs],),
+        )
+    return found
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(values), 4),
+        "mean_ms": round(statistics.fmean(values), 4),
+        "p99_ms": round(statistics.quantiles(values, n=100)[98], 4),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("PGQ_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
+    )
+    parser.add_argument("--baseline", type=Path, help="a queries.sql without the limits' hooks")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--claims", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=10)
+    args = parser.parse_args()
+    variants: dict[str, tuple[str, Limits | None]] = {
+        f"limits: {name}": (query("claim"), limit) for name, limit in LIMITS.items()
+    }
+    if args.baseline is not None:
+        base = parse(args.baseline.read_text(encoding="utf-8"))["claim"]
+        variants = {"before the limits": (base, None), **variants}
+    figures: dict[str, list[float]] = {name: [] for name in variants}
+    with fresh_database(args.dsn, "limit_claim_cost") as db:
+        migrate(db)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO pgq.jobs (queue, kind, state, attempts, finished_at)"
+                " SELECT 'pdf', 'k', 'discarded', 1, now() FROM generate_series(1, 100000)"
+            )
+            conn.execute(
+                "INSERT INTO pgq.jobs (queue, kind, tenant)"
+                " SELECT 'pdf', 'k', 'tenant-' || (g % 50) FROM generate_series(1, 20000) AS g"
+            )
+            conn.execute("VACUUM ANALYZE pgq.jobs")
+            for _ in range(args.rounds):
+                for name, (sql, limit) in variants.items():
+                    write_limits(conn, [limit] if limit else [], ["pdf"], "bench")
+                    figures[name] += latencies(conn, sql, args.claims, args.batch)
+    result = {name: summary(values) for name, values in figures.items()}
+    reference = result["limits: none"]["p50_ms"]
+    for row in result.values():
+        row["p50_vs_no_limits"] = round(row["p50_ms"] / reference, 3)
+    print(f"claim of {args.batch} from one queue of 20,000 jobs over 50 tenants")
+    print(f"{'variant':<20} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'p50 ratio':>10}")
+    for name, row in result.items():
+        print(
+            f"{name:<20} {row['p50_ms']:8.3f} {row['mean_ms']:8.3f} {row['p99_ms']:8.3f}"
+            f" {row['p50_vs_no_limits']:10.3f}"
+        )
+    print(json.dumps({"batch": args.batch, "claims_each": args.claims * args.rounds, **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
