@@ -1,9 +1,6 @@
 -- The dashboard's /jobs page: jobs across queues and states, filtered, and the actions on
 -- everything a filter matches. Loaded by supervisor.web.finder. Every filter is optional (null
--- means any); %(args)s is a JSON object the job's arguments must contain (jsonb @>). The
--- tenant is read as to_jsonb(row) ->> 'tenant', so these statements work on a schema with and
--- without the tenant column (migration 0010); the filter costs that conversion per row only
--- when a tenant is given (OR stops at a null parameter).
+-- means any); %(args)s is a JSON object the job's arguments must contain (jsonb @>).
 --
 -- Bounded two ways: each read walks the primary key newest first and looks at no more than
 -- %(scan)s jobs (the page says so when it stopped there), and the transaction carries a
@@ -16,10 +13,9 @@
 SET LOCAL statement_timeout = '3s';
 
 -- name: web_find_jobs
--- One page of jobs, newest first, below id %(before)s (the previous page's last id). The inner
--- scan takes whole rows (s.*), so the tenant is read only from the rows a filter keeps.
+-- One page of jobs, newest first, below id %(before)s (the previous page's last id).
 SELECT s.id, s.queue, s.kind, s.state, s.priority, s.attempts, s.max_attempts, s.run_at,
-       s.created_at, s.finished_at, s.last_error, s.args, to_jsonb(s) ->> 'tenant' AS tenant
+       s.created_at, s.finished_at, s.last_error, s.args, s.tenant
 FROM (
     SELECT j.*
     FROM pgq.jobs AS j
@@ -30,7 +26,7 @@ FROM (
 WHERE (%(state)s::text IS NULL OR s.state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR s.kind = %(kind)s::text)
-  AND (%(tenant)s::text IS NULL OR to_jsonb(s) ->> 'tenant' = %(tenant)s::text)
+  AND (%(tenant)s::text IS NULL OR s.tenant = %(tenant)s::text)
   AND (%(args)s::jsonb IS NULL OR s.args @> %(args)s::jsonb)
 ORDER BY s.id DESC
 LIMIT %(limit)s;
@@ -39,14 +35,14 @@ LIMIT %(limit)s;
 -- The same page when the jobs_args index exists: the planner reads it for args @> %(args)s
 -- (a bitmap scan), then sorts the matches by id.
 SELECT j.id, j.queue, j.kind, j.state, j.priority, j.attempts, j.max_attempts, j.run_at,
-       j.created_at, j.finished_at, j.last_error, j.args, to_jsonb(j) ->> 'tenant' AS tenant
+       j.created_at, j.finished_at, j.last_error, j.args, j.tenant
 FROM pgq.jobs AS j
 WHERE j.args @> %(args)s::jsonb
   AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
   AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-  AND (%(tenant)s::text IS NULL OR to_jsonb(j) ->> 'tenant' = %(tenant)s::text)
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
 ORDER BY j.id DESC
 LIMIT %(limit)s;
 
@@ -73,7 +69,7 @@ WHERE j.id BETWEEN %(floor)s::bigint AND %(top)s::bigint
   AND j.state = ANY (%(states)s::text[])
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-  AND (%(tenant)s::text IS NULL OR to_jsonb(j) ->> 'tenant' = %(tenant)s::text)
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
   AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb);
 
 -- name: web_slice_ids
@@ -88,21 +84,17 @@ WHERE j.id BETWEEN %(floor)s::bigint AND %(top)s::bigint
   AND j.state = ANY (%(states)s::text[])
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-  AND (%(tenant)s::text IS NULL OR to_jsonb(j) ->> 'tenant' = %(tenant)s::text)
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
   AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
 ORDER BY j.id DESC
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: web_has_args_index
--- Whether the operator built the optional index on args (sql/optional/jobs_args_index.sql),
--- and whether pgq.jobs has a tenant column (migration 0010; the filter appears when it does).
+-- Whether the operator built the optional index on args (sql/optional/jobs_args_index.sql).
 SELECT EXISTS (SELECT 1 FROM pg_indexes
                WHERE schemaname = 'pgq' AND tablename = 'jobs' AND indexname = 'jobs_args')
-           AS args_index,
-       EXISTS (SELECT 1 FROM pg_attribute
-               WHERE attrelid = 'pgq.jobs'::regclass AND attname = 'tenant' AND NOT attisdropped)
-           AS tenant_column;
+           AS args_index;
 
 -- name: web_history_hours
 -- The last 24 hours of pgq.job_history, by hour: jobs completed and discarded, and the time

@@ -100,10 +100,9 @@ def _args(text: str | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Schema:
-    """What this database offers the page: the optional args index, the tenant column."""
+    """What this database offers the page: the optional args index."""
 
     args_index: bool
-    tenant_column: bool
 
 
 @dataclass
@@ -117,7 +116,7 @@ class JobsPage:
 
 async def schema(conn: Any) -> Schema:
     (row,) = await fetch(conn, web_query("web_has_args_index"))
-    return Schema(bool(row["args_index"]), bool(row["tenant_column"]))
+    return Schema(bool(row["args_index"]))
 
 
 async def find(pool: AsyncConnectionPool[Any], which: JobFilter, before: int | None) -> JobsPage:

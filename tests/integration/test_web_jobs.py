@@ -31,7 +31,12 @@ def _ids(page: httpx.Response) -> list[int]:
 
 def _jobs(conn: psycopg.Connection[Any]) -> list[int]:
     jobs = [
-        NewJob("invoice", {"invoice_id": n, "customer": {"id": n % 3}}, queue="billing")
+        NewJob(
+            "invoice",
+            {"invoice_id": n, "customer": {"id": n % 3}},
+            queue="billing",
+            tenant="acme" if n % 5 == 0 else None,
+        )
         for n in range(30)
     ]
     jobs += [NewJob("mail", {"to": f"u{n}@x"}, queue="mail", delay=3600) for n in range(20)]
@@ -54,6 +59,7 @@ def test_filters_across_queues_and_states(conn: psycopg.Connection[Any], dsn: st
             "one": await client.get('/jobs?args={"invoice_id": 5}'),
             "bad": await client.get("/jobs?args=[1]"),
             "older": await client.get(f"/jobs?before={ids[10]}"),
+            "tenant": await client.get("/jobs?tenant=acme"),
         }
 
     pages = with_client(dsn, steps)
@@ -67,8 +73,9 @@ def test_filters_across_queues_and_states(conn: psycopg.Connection[Any], dsn: st
     assert 'class="error-line"' in pages["one"].text and "x" * 300 in pages["one"].text
     assert pages["bad"].status_code == 400 and "must be a JSON object" in pages["bad"].text
     assert _ids(pages["older"]) == sorted(ids[:10], reverse=True)
-    # No tenant column on this schema yet: no tenant filter.
-    assert 'name="tenant"' not in pages["all"].text
+    assert 'name="tenant"' in pages["all"].text
+    assert _ids(pages["tenant"]) == sorted(ids[0:30:5], reverse=True)
+    assert "<td>acme</td>" in pages["tenant"].text
 
 
 def test_the_args_search_uses_the_optional_index_when_it_exists(

@@ -274,7 +274,8 @@ def test_a_claim_lost_with_the_connection_is_given_back_by_the_live_child(
         lambda: query(ledger, "SELECT worker_id FROM pgq.workers WHERE pool = 'main' LIMIT 1"),
         what="child registered",
     )[0][0]
-    # The child is in its loop: it has claimed once (its session's last statement). The master
+    # The child is in its loop: it has claimed once (its session's last statement, known by
+    # its start: pg_stat_activity keeps only the first 1,024 characters of a query). The master
     # registers a child as it forks it; staged before the child's first connect is done, the
     # terminate below can land on the very give-back under test, whose reply is then lost
     # after it committed, so the job goes back unannounced.
@@ -282,7 +283,7 @@ def test_a_claim_lost_with_the_connection_is_given_back_by_the_live_child(
         lambda: scalar(
             ledger,
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-            "'pgq-supervisor main#1' AND query LIKE '%%SKIP LOCKED%%'",
+            "'pgq-supervisor main#1' AND query LIKE 'WITH done AS%%'",
         ),
         what=f"the child's first claim\n{sup.log()}",
     )
