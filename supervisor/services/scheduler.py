@@ -11,7 +11,10 @@ A tick first looked at more than a grace period after its time (no supervisor ra
 missed: ``missed: skip`` records it and enqueues nothing, ``missed: run_once`` enqueues one job
 for the latest tick however many were missed. Lateness is counted from this master's first try
 at the tick, so a tick it tried on time but could not take (another supervisor held the
-schedule's row, then froze or died) is late, not missed, and runs. A schedule seen for the
+schedule's row, then froze or died) is late, not missed, and runs. So is a tick this master was
+waiting for when its own loop was held up past it (a starved CPU, a slow statement): having
+dealt with the tick before, it was due to look at this one on time, so the ticks it slept
+through run, oldest first, as long as they are within the grace period. A schedule seen for the
 first time starts at its next tick.
 """
 
@@ -41,6 +44,9 @@ GRACE = 60.0
 LOOK_EVERY = 30.0
 # How soon to try again a tick that could not be dealt with.
 RETRY = 1.0
+# At most this many ticks a held-up loop slept through are caught up at one look (a schedule of
+# every second, a loop held up for most of the grace period).
+MAX_SLEPT_THROUGH = 60
 
 
 def unique_key(name: str, tick: datetime) -> str:
@@ -101,13 +107,32 @@ class Scheduler(Service):
             tried = self.first_tried.get(schedule.name)
             if tried is None or tried[0] != tick:
                 tried = self.first_tried[schedule.name] = (tick, now)
-            deal = self._tick(schedule, tick, tried[1])
-            if self.host.db.run(f"schedule {schedule.name}", deal):
-                self.done[schedule.name] = tick
+            # The ticks slept through count as tried on time: this master was due at each.
+            owed = [(t, t) for t in self._slept_through(schedule, tick, now)]
+            for owed_tick, tried_at in [*owed, (tick, tried[1])]:
+                deal = self._tick(schedule, owed_tick, tried_at)
+                if not self.host.db.run(f"schedule {schedule.name}", deal):
+                    self.unsettled = True
+                    break
+                self.done[schedule.name] = owed_tick
                 dealt += 1
-            else:
-                self.unsettled = True
         return dealt
+
+    def _slept_through(
+        self, schedule: ScheduleConfig, tick: datetime, now: datetime
+    ) -> list[datetime]:
+        """The ticks between the last one this master dealt with and ``tick``, within the grace
+        period: none when it never dealt with one (it just started, and cannot tell a tick it
+        slept through from one missed while no supervisor ran)."""
+        last = self.done.get(schedule.name)
+        if last is None:
+            return []
+        owed: list[datetime] = []
+        at = next_tick(schedule, max(last, now - timedelta(seconds=GRACE)))
+        while at < tick and len(owed) < MAX_SLEPT_THROUGH:
+            owed.append(at)
+            at = next_tick(schedule, at)
+        return owed
 
     def _tick(
         self, schedule: ScheduleConfig, tick: datetime, tried: datetime

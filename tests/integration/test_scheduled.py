@@ -21,7 +21,7 @@ from supervisor.queue.maintenance import queue_stats
 from supervisor.queue.migrations import available, migrate
 from supervisor.queue.queries import query
 from supervisor.services.database import MasterDatabase
-from supervisor.services.scheduler import Scheduler, unique_key
+from supervisor.services.scheduler import GRACE, Scheduler, unique_key
 
 UTC = timezone.utc
 
@@ -398,6 +398,36 @@ def test_a_tick_held_up_by_a_frozen_supervisor_is_late_not_missed(
     scheduler.run_at(three + timedelta(minutes=10))
     assert [row[0] for row in _scheduled_jobs(dsn)] == [three]
     assert "missed" not in caplog.text
+    host.db.close()
+
+
+EVERY_TWO_SECONDS = """
+handlers: {sync_accounts: tests.handlers:noop}
+pools: {main: {queues: {default: 1}}}
+schedules:
+  often: {every: 2s, kind: sync_accounts, missed: %s}
+"""
+
+
+@pytest.mark.parametrize("missed", ["skip", "run_once"])
+def test_ticks_a_held_up_master_slept_through_run_late_within_the_grace_period(
+    dsn: str, caplog: pytest.LogCaptureFixture, missed: str
+) -> None:
+    host = _Host(dsn, EVERY_TWO_SECONDS % missed)
+    start = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    scheduler = Scheduler(host)  # type: ignore[arg-type]
+    scheduler.run_at(start)  # first seen
+    scheduler.run_at(start + timedelta(seconds=2.01))  # the tick at 03:00:02, on time
+    # Its loop held up for 5 s (a starved CPU): the ticks at :04 and :06 it was due at run, late.
+    scheduler.run_at(start + timedelta(seconds=7.0))
+    seconds = [(row[0] - start).total_seconds() for row in _scheduled_jobs(dsn)]
+    assert seconds == [2.0, 4.0, 6.0]
+    assert "missed" not in caplog.text
+    # Held up past the grace period: the ticks older than it are missed (the policy decides
+    # the latest), the ones within it run.
+    scheduler.run_at(start + timedelta(seconds=6 + GRACE + 5.0))
+    later = [(row[0] - start).total_seconds() for row in _scheduled_jobs(dsn)][3:]
+    assert later == [float(t) for t in range(12, 72, 2)]
     host.db.close()
 
 

@@ -5,6 +5,7 @@ when one of them is killed."""
 from __future__ import annotations
 
 import itertools
+import re
 import signal
 from collections.abc import Callable
 from datetime import datetime
@@ -96,13 +97,28 @@ def test_two_supervisors_enqueue_one_job_per_tick_also_when_one_is_killed(
     first.wait(10)
     seen = len(_ticks_run(ledger))
     wait_for(lambda: len(_ticks_run(ledger)) >= seen + 3, timeout=20, what="three more ticks")
-    runs = _ticks_run(ledger)
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
-    # One job per 2 s tick: a tick enqueued twice would show as a gap near zero, a tick missed
-    # as a gap near 4 s.
-    assert all(1.0 < gap < 3.0 for gap in gaps), gaps
+    logs = first.log() + second.log()
+    enqueued = {
+        datetime.fromisoformat(tick): int(job)
+        for job, tick in re.findall(
+            r"enqueued record job (\d+) on queue \S+ for the tick at (\S+)", logs
+        )
+    }
+    ticks = sorted(enqueued)
+    # One job per 2 s tick, whichever supervisor enqueued it: none twice (the log would name a
+    # tick twice, or two jobs for it), none missed (a step of 4 s). A master held up past a tick
+    # enqueues it late, so run times may bunch; the ticks may not.
+    assert len(ticks) == len(re.findall("enqueued record job", logs)), logs
+    assert all((b - a).total_seconds() == 2.0 for a, b in itertools.pairwise(ticks)), (ticks, logs)
+    wait_for(
+        lambda: (
+            set(enqueued.values())
+            <= {r[0] for r in query(ledger, "SELECT job_id FROM test_ledger")}
+        ),
+        timeout=10,
+        what="every tick's job ran",
+    )
     assert scalar(ledger, "SELECT count(*) FROM pgq.schedules") == 1
-    assert "schedule tick: enqueued record job" in first.log() + second.log()
     second.stop()
 
 
