@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install the project and its test tools into .venv, then lint and run the whole test suite.
 # Uses the database in PGQ_TEST_DSN when set; otherwise the tests start an embedded PostgreSQL.
+# --fast leaves out the long drills (tests marked slow: chaos, fleet, partition, upgrade) for a
+# quick loop; any other arguments go to pytest (a path, -k, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -12,4 +14,8 @@ python3 -m venv .venv
 site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site"
 rm -rf "$site"
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    set -- -m "not slow" "$@"
+fi
 exec .venv/bin/pytest -q "$@"

@@ -17,6 +17,7 @@ from supervisor.embedded.server import available
 from tests.lifecycle.harness import ROOT
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(210)
 @pytest.mark.skipif(not available(), reason="needs the embedded PostgreSQL binaries")
 def test_short_chaos_drill_holds_every_promise() -> None:

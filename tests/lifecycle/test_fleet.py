@@ -20,6 +20,7 @@ from tests.handlers import LEDGER
 from tests.lifecycle.harness import ROOT, Supervisor, query, scalar, wait_for
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_small_fleet_drill_holds_every_promise(dsn: str) -> None:
     result = subprocess.run(
