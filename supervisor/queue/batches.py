@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from supervisor.queue import enqueue as enqueue_mod
+from supervisor.queue import tracecontext as tracing
 from supervisor.queue.enqueue import EnqueueError, NewJob, _run, _run_async, _Step, _Steps
 from supervisor.queue.queries import query
 
@@ -86,8 +87,10 @@ def _batch_steps(jobs: list[NewJob], then: NewJob | None) -> _Steps:
             f"then job {then.kind!r}: cannot have a unique_key ({then.unique_key!r}); it is "
             "enqueued once per batch anyway"
         )
-    rows = [enqueue_mod._validate(job) for job in jobs]
-    then_row = enqueue_mod._validate(then) if then is not None else None
+    # Members and the `then` job continue the enqueuer's trace, as enqueue_many's jobs do.
+    current = tracing.current_traceparent()
+    rows = [enqueue_mod._validate(job, current) for job in jobs]
+    then_row = enqueue_mod._validate(then, current) if then is not None else None
     if then_row is not None and then_row.run_at is not None:
         raise EnqueueError(
             f"then job {then_row.kind!r}: run_at cannot be known in advance; give a delay "
@@ -106,6 +109,8 @@ def _batch_steps(jobs: list[NewJob], then: NewJob | None) -> _Steps:
             "then_priority": then_row.priority if then_row else None,
             "then_max_attempts": then_row.max_attempts if then_row else None,
             "then_delay": then_row.delay if then_row else None,
+            "then_tenant": then_row.tenant if then_row else None,
+            "then_traceparent": then_row.traceparent if then_row else None,
         },
         "one",
     )

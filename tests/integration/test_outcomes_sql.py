@@ -198,6 +198,19 @@ def test_an_empty_batch_enqueues_its_then_job_at_once(conn: psycopg.Connection[A
     }
 
 
+def test_the_then_job_keeps_its_tenant_and_trace_context(conn: psycopg.Connection[Any]) -> None:
+    trace = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    batch = enqueue_batch(
+        conn,
+        [NewJob("render", {}, tenant="acme")],
+        then=NewJob("archive", {}, queue="after", tenant="acme", traceparent=trace),
+    )
+    complete(conn, claim(conn, "default", worker="w"))
+    (then,) = claim(conn, "after", worker="w")
+    assert then.batch is not None and then.batch["id"] == batch.id
+    assert (then.tenant, then.traceparent) == ("acme", trace)
+
+
 def test_a_batch_member_with_a_unique_key_is_refused(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(EnqueueError, match="unique_key"):
         enqueue_batch(conn, [NewJob("render", unique_key="k")])
