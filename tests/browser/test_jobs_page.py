@@ -71,7 +71,13 @@ def test_search_and_act_on_100000_jobs(
     # Arguments by containment, across every queue and state: customer 7 is 100 jobs.
     browser.find_element(By.ID, "f-args").send_keys('{"customer": {"id": 7}}')
     browser.find_element(By.ID, "search").click()
-    wait_for(lambda: count_of(browser, "#found tr[data-job]") == 50, 10, what="the search")
+    # The page before the search had 50 rows too: wait for the search's own page, or its
+    # navigation could land after the next get() and replace that page.
+    wait_for(
+        lambda: "args=" in browser.current_url and count_of(browser, "#found tr[data-job]") == 50,
+        10,
+        what="the search",
+    )
     assert "Older →" in text_of(browser, ".pager")
     # A dead one among them shows its whole error line, wrapped.
     browser.get(web.url + '/jobs?state=discarded&args={"customer": {"id": 2}}')
