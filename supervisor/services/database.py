@@ -6,16 +6,16 @@ statement fails; the caller treats None as "did not happen, try again later". Re
 off so a dead database costs the loop one connect attempt every few seconds, not one per tick.
 
 Every session gets a statement and lock timeout: the master's statements take milliseconds, and
-one that waits longer (a lock held by someone else, a server in trouble) is cut short instead
-of holding up lease renewal, reaping and signals. A session the server made read-only (a
-failover demoted it) or ended is dropped and reopened, like a broken one.
+one that waits longer (a lock held by someone else, a server in trouble) is cut short by the
+server instead of holding up lease renewal, reaping and signals. A session the server made
+read-only (a failover demoted it) or ended is dropped and reopened, like a broken one.
 
-Connecting is the one wait the loop cannot hand off. A host that silently drops packets makes
-a connect wait for its whole timeout, so every session the loop opens uses libpq's shortest
-(``LOOP_CONNECT_TIMEOUT``), whatever ``database.connect_timeout`` says (the children and the
-verbs, which can afford to wait, keep that one). Not a connect driven from the selector: psycopg
-has no public non-blocking connect (its own splits a multi-host DSN into attempts and resolves
-names, blocking, before libpq starts), and a thread is not allowed in the master.
+A database that does not answer at all (the network to it is cut) is the loop's other risk:
+every wait of ``run`` ends by LOOP_WAIT, and a connect is driven a step at a time across turns
+(supervisor.services.loop_session), so no turn waits on the network for more than a moment and
+/livez answers throughout. An abandoned transaction is ended by the server (the session's
+``idle_in_transaction_session_timeout``) rather than holding its locks until the dead
+connection is noticed.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from supervisor.queue.dsn import DatabaseError, connect, describe, session_lost
+from supervisor.queue.dsn import DatabaseError, describe, session_lost
 from supervisor.queue.queries import query
+from supervisor.services.loop_session import LOOP_WAIT, Connecting, LoopConnection
 
 log = logging.getLogger("pgq.master")
 
@@ -37,10 +38,19 @@ T = TypeVar("T")
 RETRY_FIRST = 0.5
 RETRY_CAP = 10.0
 # Backstops, far above what the master's statements take (milliseconds): a statement past them
-# is cancelled by the server and retried by its service at its next turn.
-STATEMENT_TIMEOUT = "5s"
-LOCK_TIMEOUT = "1s"
-# libpq's (and psycopg's) shortest connect timeout; a multi-host DSN waits it once per host.
+# is cancelled by the server and retried by its service at its next turn. Below LOOP_WAIT, so a
+# slow statement is cut short by the server (the session lives on) before the loop gives up on
+# an answer (and closes the session).
+STATEMENT_TIMEOUT = "1s"
+LOCK_TIMEOUT = "500ms"
+# A transaction of the master's is never idle for more than a moment; one the loop abandoned
+# (no answer in time) is ended by the server after this, releasing its locks.
+IDLE_IN_TRANSACTION_TIMEOUT = "5s"
+# How long one call of ``connection`` may advance a connect under way (a LAN connect takes a
+# few milliseconds: it is done in one call; a far one takes a few calls, turns apart).
+CONNECT_STEP = 0.1
+# libpq's (and psycopg's) shortest connect timeout, for the side sessions that still connect
+# blocking (vacuum, queue figures); a multi-host DSN waits it once per host.
 LOOP_CONNECT_TIMEOUT = 2.0
 
 
@@ -62,9 +72,11 @@ class MasterDatabase:
         self.dsn = dsn
         self.on_connect = on_connect
         self.name = name
-        self.connect_timeout = loop_connect_timeout(connect_timeout)
+        # Nothing waits for it: the configured timeout applies, not libpq's shortest.
+        self.connect_timeout = connect_timeout
         self.pooled = pooled
-        self.conn: psycopg.Connection[Any] | None = None
+        self.conn: LoopConnection | None = None
+        self.connecting: Connecting | None = None
         self.next_attempt = 0.0
         self.delay = RETRY_FIRST
         self.reachable = False
@@ -84,24 +96,24 @@ class MasterDatabase:
         """The last connect or statement found the database gone, and none has worked since."""
         return self.down_since is not None
 
-    def connection(self) -> psycopg.Connection[Any] | None:
+    def connection(self) -> LoopConnection | None:
+        """The session, or None: the database is unreachable, or a connect is under way (it
+        advances a moment per call)."""
         if self.conn is not None and not self.conn.closed:
             return self.conn
-        if time.monotonic() < self.next_attempt:
-            return None
         try:
-            self.conn = connect(
-                self.dsn,
-                application_name=f"pgq-supervisor {self.name}",
-                connect_timeout=self.connect_timeout,
-                pooled=self.pooled,
-            )
-            bound_session(self.conn, STATEMENT_TIMEOUT, LOCK_TIMEOUT, pooled=self.pooled)
+            conn = self._connect_step()
+            if conn is None:
+                return None
+            self.conn = conn
+            conn.deadline = time.monotonic() + LOOP_WAIT
+            bound_session(conn, STATEMENT_TIMEOUT, LOCK_TIMEOUT, pooled=self.pooled)
             if self.on_connect is not None:
-                self.on_connect(self.conn)
+                self.on_connect(conn)
+            conn.deadline = None
         except (DatabaseError, psycopg.Error) as exc:
             self.close()
-            self._down(str(exc))
+            self._down(str(exc).strip())
             return None
         if self.down_since is not None:
             log.info(
@@ -113,6 +125,21 @@ class MasterDatabase:
         self.delay = RETRY_FIRST
         self.reachable = True
         return self.conn
+
+    def _connect_step(self) -> LoopConnection | None:
+        if self.connecting is None:
+            if time.monotonic() < self.next_attempt:
+                return None
+            self.connecting = Connecting(
+                self.dsn,
+                application_name=f"pgq-supervisor {self.name}",
+                connect_timeout=self.connect_timeout,
+                pooled=self.pooled,
+            )
+        conn = self.connecting.step(CONNECT_STEP)
+        if conn is not None:
+            self.connecting = None
+        return conn
 
     def _down(self, why: str) -> None:
         if self.down_since is None:
@@ -126,6 +153,8 @@ class MasterDatabase:
         conn = self.connection()
         if conn is None:
             return None
+        # One deadline for the whole piece of work, however many statements it takes.
+        conn.deadline = time.monotonic() + LOOP_WAIT
         try:
             result = fn(conn)
         except psycopg.Error as exc:
@@ -135,6 +164,8 @@ class MasterDatabase:
             self.close()
             self._down(f"{what}: {exc}".strip())
             return None
+        finally:
+            conn.deadline = None
         self.reachable = True
         return result
 
@@ -147,6 +178,9 @@ class MasterDatabase:
                 conn.rollback()
 
     def close(self) -> None:
+        if self.connecting is not None:
+            self.connecting.close()
+            self.connecting = None
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.close()
@@ -163,6 +197,10 @@ def bound_session(
     (``ALTER ROLE ... SET statement_timeout``), as the README says."""
     if not pooled:
         conn.execute(
-            query("session_timeouts"),
-            {"statement_timeout": statement_timeout, "lock_timeout": lock_timeout},
+            query("loop_session_timeouts"),
+            {
+                "statement_timeout": statement_timeout,
+                "lock_timeout": lock_timeout,
+                "idle_timeout": IDLE_IN_TRANSACTION_TIMEOUT,
+            },
         )
