@@ -49,14 +49,6 @@ IDLE_IN_TRANSACTION_TIMEOUT = "5s"
 # How long one call of ``connection`` may advance a connect under way (a LAN connect takes a
 # few milliseconds: it is done in one call; a far one takes a few calls, turns apart).
 CONNECT_STEP = 0.1
-# libpq's (and psycopg's) shortest connect timeout, for the side sessions that still connect
-# blocking (vacuum, queue figures); a multi-host DSN waits it once per host.
-LOOP_CONNECT_TIMEOUT = 2.0
-
-
-def loop_connect_timeout(configured: float) -> float:
-    """The connect timeout of a session opened in the master's loop."""
-    return min(configured, LOOP_CONNECT_TIMEOUT)
 
 
 class MasterDatabase:
@@ -68,9 +60,16 @@ class MasterDatabase:
         connect_timeout: float,
         pooled: bool = False,
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
+        timeouts: tuple[str, str] | None = (STATEMENT_TIMEOUT, LOCK_TIMEOUT),
+        quiet: bool = False,
     ) -> None:
+        """``timeouts``: the session's statement and lock timeouts (None: the server's, for a
+        session whose one statement may run long, sent without waiting). ``quiet``: outages
+        are logged at debug level (a side session: the master's own reports them)."""
         self.dsn = dsn
         self.on_connect = on_connect
+        self.timeouts = timeouts
+        self.quiet = quiet
         self.name = name
         # Nothing waits for it: the configured timeout applies, not libpq's shortest.
         self.connect_timeout = connect_timeout
@@ -107,7 +106,8 @@ class MasterDatabase:
                 return None
             self.conn = conn
             conn.deadline = time.monotonic() + LOOP_WAIT
-            bound_session(conn, STATEMENT_TIMEOUT, LOCK_TIMEOUT, pooled=self.pooled)
+            if self.timeouts is not None:
+                bound_session(conn, *self.timeouts, pooled=self.pooled)
             if self.on_connect is not None:
                 self.on_connect(conn)
             conn.deadline = None
@@ -116,7 +116,8 @@ class MasterDatabase:
             self._down(str(exc).strip())
             return None
         if self.down_since is not None:
-            log.info(
+            log.log(
+                logging.DEBUG if self.quiet else logging.INFO,
                 "database %s reachable again after %.0fs",
                 describe(self.dsn),
                 time.monotonic() - self.down_since,
@@ -144,7 +145,12 @@ class MasterDatabase:
     def _down(self, why: str) -> None:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            log.warning("database unreachable (%s): %s; retrying in the background", self.name, why)
+            log.log(
+                logging.DEBUG if self.quiet else logging.WARNING,
+                "database unreachable (%s): %s; retrying in the background",
+                self.name,
+                why,
+            )
         self.reachable = False
         self.next_attempt = time.monotonic() + self.delay
         self.delay = min(self.delay * 2, RETRY_CAP)

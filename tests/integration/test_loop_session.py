@@ -8,18 +8,31 @@ it keeps its sockets open and stops passing bytes, so nothing errors and nothing
 from __future__ import annotations
 
 import contextlib
+import selectors
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo
 
+from supervisor.config import Config, MetricsConfig, parse_config
+from supervisor.observability.metrics import MetricsServer
+from supervisor.observability.view import MasterCounters
 from supervisor.services.database import MasterDatabase
 from supervisor.services.loop_session import LOOP_WAIT
+from supervisor.services.metrics_feed import QueueStatsRefresh
+from supervisor.services.vacuum import QueueVacuum
+
+CONFIG = """
+handlers: {noop: tests.handlers:noop}
+pools: {main: {queues: {default: 1}}}
+vacuum: {dead_rows: 1}
+"""
 
 
 class SilentLink:
@@ -152,3 +165,47 @@ def test_a_transaction_cut_off_mid_way_is_not_half_applied(
     finally:
         forwarder.restore()
         db.close()
+
+
+@dataclass
+class Host:
+    """The master as its side sessions see it: its own session is fine, and theirs (``dsn``)
+    go through the link that is cut."""
+
+    db: MasterDatabase
+    config: Config
+    dsn: str
+    supervisor_id: str = "test-supervisor"
+    counters: MasterCounters = field(default_factory=MasterCounters)
+
+
+def test_the_side_sessions_connect_without_holding_the_loop(
+    link: tuple[SilentLink, str], dsn: str
+) -> None:
+    forwarder, through = link
+    forwarder.cut()
+    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    host = Host(db, parse_config(CONFIG, source="test.yaml"), through)
+    server = MetricsServer(MetricsConfig(port=0))
+    with selectors.DefaultSelector() as selector:
+        stats, vacuum = QueueStatsRefresh(host, server, selector), QueueVacuum(host, selector)
+        vacuum.configure(host.config.vacuum)
+        vacuum.dead_rows = 0  # due at every check, dead rows or none
+        try:
+            assert db.run("look", lambda c: c.execute("SELECT 1").fetchone()) == (1,)
+            # Before: each connected blocking, for libpq's shortest timeout (2 s) at the least.
+            for service in (stats, vacuum, stats, vacuum):
+                _, took = _timed(service.run_once)
+                assert took < 0.5, (service.name, took)
+            assert stats.pending is None and vacuum.pending is None
+            forwarder.restore()
+            deadline = time.monotonic() + 30
+            while vacuum.pending is None:  # the connect goes on at each check, and is made
+                assert time.monotonic() < deadline, "the vacuum never started"
+                vacuum.run_once()
+                time.sleep(0.05)
+        finally:
+            stats.close()
+            vacuum.close()
+            server.close()
+            db.close()
