@@ -46,9 +46,10 @@ LOCK_TIMEOUT = "500ms"
 # A transaction of the master's is never idle for more than a moment; one the loop abandoned
 # (no answer in time) is ended by the server after this, releasing its locks.
 IDLE_IN_TRANSACTION_TIMEOUT = "5s"
-# How long one call of ``connection`` may advance a connect under way (a LAN connect takes a
-# few milliseconds: it is done in one call; a far one takes a few calls, turns apart).
-CONNECT_STEP = 0.1
+# How long one call of ``connection`` may advance a connect under way: a LAN connect takes a
+# few milliseconds and is done in one call; a far one takes a call per round trip, and the
+# master's loop makes one every turn while it is under way (supervisor.master.loop).
+CONNECT_STEP = 0.02
 
 
 class MasterDatabase:
@@ -88,7 +89,15 @@ class MasterDatabase:
         )
 
     def fileno(self) -> int | None:
-        return self.conn.fileno() if self.conn is not None else None
+        """The session's socket, or that of the connect under way (a new child must close
+        either: the master's end of a connection must close when the master closes it)."""
+        if self.conn is not None and not self.conn.closed:
+            return self.conn.fileno()
+        return self.connecting.fileno() if self.connecting is not None else None
+
+    @property
+    def connect_under_way(self) -> bool:
+        return self.connecting is not None
 
     @property
     def in_outage(self) -> bool:

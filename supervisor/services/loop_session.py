@@ -120,6 +120,12 @@ class Connecting:
                 continue
             self._failed(pgconn.get_error_message().strip() or "connection failed")
 
+    def fileno(self) -> int | None:
+        try:
+            return self.pgconn.socket if self.pgconn is not None else None
+        except psycopg.Error:  # no socket yet
+            return None
+
     def close(self) -> None:
         if self.pgconn is not None:
             self.pgconn.finish()

@@ -140,7 +140,7 @@ class QueueVacuum(Service, Readable):
     # -- the loop's side: the result arrives ----------------------------------------------
 
     def fileno(self) -> int | None:
-        return self.fd if self.pending is not None else None
+        return self.fd if self.pending is not None else self.session.fileno()
 
     def on_readable(self) -> None:
         pending = self.pending
