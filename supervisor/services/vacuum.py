@@ -53,14 +53,14 @@ class QueueVacuum(Service, Readable):
         super().__init__(host, defaults.interval)
         self.selector = selector
         # Opened for each vacuum and closed after it; no statement timeout (VACUUM may take
-        # long: it is sent without waiting).
+        # long: it is sent without waiting). Not quiet: it connects only after the master's own
+        # session answered, so a failure here is its own (too many connections, say).
         self.session = MasterDatabase(
             host.dsn,
             name="vacuum",
             connect_timeout=host.config.database.connect_timeout,
             pooled=host.config.database.pooled,
             timeouts=None,
-            quiet=True,
         )
         self.dead_rows = defaults.dead_rows
         self.pending: PendingStatement | None = None
