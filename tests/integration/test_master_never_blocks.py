@@ -337,13 +337,15 @@ def test_a_session_the_server_made_read_only_is_reopened(host: Host) -> None:
     assert host.db.conn is not conn
 
 
-def test_a_connect_to_a_silent_host_never_holds_the_loop() -> None:
+def test_a_connect_to_a_silent_host_never_holds_the_loop(caplog: pytest.LogCaptureFixture) -> None:
     # A socket that listens and never answers: the kernel completes the handshake, and the
     # startup packet goes unanswered, as with a host that silently drops traffic.
     with socket.create_server(("127.0.0.1", 0), backlog=1) as silent:
         port = silent.getsockname()[1]
         db = MasterDatabase(
-            f"postgresql://postgres@127.0.0.1:{port}/test", name="master", connect_timeout=3
+            f"postgresql://postgres:Sekrit-42x@127.0.0.1:{port}/test",
+            name="master",
+            connect_timeout=3,
         )
         started, longest = time.monotonic(), 0.0
         while not db.in_outage:
@@ -358,6 +360,7 @@ def test_a_connect_to_a_silent_host_never_holds_the_loop() -> None:
     assert longest < 0.5, longest
     assert 2.5 < took < 6, took
     assert not db.reachable
+    assert "database unreachable (master)" in caplog.text and "Sekrit" not in caplog.text
 
 
 def test_a_multi_host_dsn_finds_the_writable_server(dsn: str) -> None:
