@@ -9,8 +9,9 @@ only). Host B runs here. A claims long jobs; then A's link is cut (the veth is s
 --cut seconds: A's leases run out, B's rescuer puts the jobs back and B runs them; the link
 comes back and A's late completions must be fenced. Checks: each job completed exactly once in
 the database (pgq.job_history), none left; A's /livez answered throughout (probed from inside
-its namespace); A's processes did not spin while cut off (CPU seconds); after the link came
-back A claimed and completed new work within the TCP timeouts (its children did not hang).
+its namespace) and its /readyz said the database was unreachable once the cut was noticed;
+A's processes did not spin while cut off (CPU seconds); after the link came back A claimed and
+completed new work within the TCP timeouts (its children did not hang).
 The last line on stdout is one JSON object; exit 0 only if every check held.
 """
 
@@ -205,22 +206,25 @@ def main() -> int:
                 work / "b.log",
             )
             procs.append(host_b)
-            prober = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    sys.executable,
-                    str(ROOT / "scripts" / "partition_drill_jobs.py"),
-                    "probe",
-                    "http://127.0.0.1:9391/livez",
-                    str(args.cut + 25),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
+            prober, ready_prober = (
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        sys.executable,
+                        str(ROOT / "scripts" / "partition_drill_jobs.py"),
+                        "probe",
+                        f"http://127.0.0.1:9391/{path}",
+                        str(args.cut + 25),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for path in ("livez", "readyz")
             )
-            procs.append(prober)  # type: ignore[arg-type]
+            procs += [prober, ready_prober]  # type: ignore[list-item]
             time.sleep(1)
             held = [
                 i
@@ -250,9 +254,21 @@ def main() -> int:
             (figures["left"],) = conn.execute("SELECT count(*) FROM pgq.jobs").fetchone()
             figures["jobs"] = len(ids) + len(after)
         prober.wait(args.cut + 60)
+        ready_prober.wait(args.cut + 60)
         looks = [
             line.split() for line in (prober.stdout.read() if prober.stdout else "").splitlines()
         ]
+        ready_looks = [
+            line.split()
+            for line in (ready_prober.stdout.read() if ready_prober.stdout else "").splitlines()
+        ]
+        # Once the cut is noticed (a lease renewal a second, the master's wait 1.5 s): every
+        # /readyz answers 503 and names the database.
+        settled = [look for look in ready_looks if cut_at + 5 <= float(look[0]) <= back_at]
+        figures["readyz_looks_while_cut"] = len(settled)
+        figures["readyz_said_unreachable"] = sum(
+            1 for look in settled if look[2] == "503:database-unreachable"
+        )
         during = [look for look in looks if cut_at <= float(look[0]) <= back_at]
         figures["livez_looks"] = len(looks)
         figures["livez_looks_while_cut"] = len(during)
@@ -290,6 +306,8 @@ def main() -> int:
         "none_left": figures.get("left") == 0,
         "livez_answered_throughout": figures.get("livez_looks_while_cut", 0) > 0
         and not figures.get("livez_failures"),
+        "readyz_said_unreachable_while_cut": figures.get("readyz_looks_while_cut", 0) > 0
+        and figures.get("readyz_said_unreachable") == figures.get("readyz_looks_while_cut"),
         "no_spin_while_cut": figures.get("a_cpu_s_while_cut", 99) < 0.25 * args.cut,
         "a_back_at_work": figures.get("a_back_at_work_s") is not None,
     }

@@ -1,5 +1,6 @@
 """The partition drill's job: sleeps without touching the database (its outcome is the only
-write, and it is fenced), and a /livez prober to run inside the cut-off host's namespace.
+write, and it is fenced), and a /livez (and /readyz) prober to run inside the cut-off host's
+namespace.
 
     python scripts/partition_drill_jobs.py probe URL SECONDS
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -24,6 +26,9 @@ def probe(url: str, seconds: float) -> None:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 answer = str(response.status)
+        except urllib.error.HTTPError as exc:  # answered, not ready: say if it blames the db
+            unreachable = b"database unreachable" in exc.read()
+            answer = f"{exc.code}{':database-unreachable' if unreachable else ''}"
         except Exception as exc:  # any failure is a finding, printed as such
             answer = type(exc).__name__
         print(f"{started:.3f} {time.monotonic() - started:.3f} {answer}", flush=True)

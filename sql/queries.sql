@@ -1142,9 +1142,17 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 VACUUM (SKIP_LOCKED) pgq.jobs;
 
 -- name: session_timeouts
--- The master's sessions: no statement of its loop may hold it for long (see services/database.py).
+-- A session whose statements must not run long (the doctor's probes).
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false);
+
+-- name: loop_session_timeouts
+-- The master's sessions: no statement of its loop may hold it for long, and a transaction the
+-- loop gave up on (no answer in time: the network went) is ended by the server instead of
+-- holding its locks until the dead connection is noticed (see services/database.py).
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, false);
 
 -- name: cancel_jobs
 -- Cancels the jobs %(ids)s. A waiting job (available, or scheduled for later) becomes

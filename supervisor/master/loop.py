@@ -67,6 +67,9 @@ SERVICES_BUDGET = 0.015
 # How often the master looks for cancel requests on its children's jobs: a cancelled running
 # job stops within about this long (one probe of an index that is almost always empty).
 CANCEL_CHECK_EVERY = 1.0
+# While a session of the master's is connecting, the loop turns at least this often: each turn
+# advances the connect a moment (supervisor.services.loop_session), none waits for it.
+CONNECTING_WAIT = 0.05
 
 
 class Master(Slots, Reaping, Stopping):
@@ -348,7 +351,12 @@ class Master(Slots, Reaping, Stopping):
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)
         timeout = min(1.0, max(0.0, min(wake_at, default=now + 1.0) - now))
+        if any(db.connect_under_way for db in self.connecting_sessions()):
+            timeout = min(timeout, CONNECTING_WAIT)
         return self.selector.select(timeout)
+
+    def connecting_sessions(self) -> list[MasterDatabase]:
+        return [self.db, *([self.listener.session] if self.listener is not None else [])]
 
     # -- what woke the loop ------------------------------------------------------------------
 
@@ -369,6 +377,8 @@ class Master(Slots, Reaping, Stopping):
                 data.on_readable()
             elif self.metrics is not None:
                 self.metrics.handle(key)
+        if self.db.connect_under_way:  # every turn, not only when a service is due
+            self.db.connection()
         if self.listener is not None:
             fd = self.listener.fd
             self.listener.refresh()

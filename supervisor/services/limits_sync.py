@@ -14,6 +14,7 @@ a child waiting for a slot or a token under the old limit claims again at once.
 from __future__ import annotations
 
 import logging
+import math
 
 from supervisor.config import QueueLimits
 from supervisor.config.limits import limit_rows
@@ -35,8 +36,10 @@ class LimitSync(Service):
         # database refused them (logged; retried every RETRY_EVERY).
         self.settled = not host.config.limits
 
-    def due(self, now: float) -> bool:
-        return not self.done and super().due(now)
+    def next_run(self, now: float) -> float:
+        # Written: never due again (a reload builds a new one). Not a due time left in the
+        # past: the master's wait sleeps until the earliest one, and would not sleep at all.
+        return math.inf if self.done else now + self.interval
 
     def run_once(self) -> None:
         config = self.host.config

@@ -21,10 +21,10 @@ from supervisor.doctor import horizon
 from supervisor.doctor.sql import doctor_query
 from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import limits, maintenance
-from supervisor.queue.dsn import DatabaseError, connect, scrub
+from supervisor.queue.dsn import scrub
 from supervisor.queue.queries import query
 from supervisor.services.base import Host, Service
-from supervisor.services.database import bound_session, loop_connect_timeout
+from supervisor.services.database import MasterDatabase
 from supervisor.services.pending import PendingStatement, Readable
 
 log = logging.getLogger("pgq.master")
@@ -58,7 +58,15 @@ class QueueStatsRefresh(Service, Readable):
         super().__init__(host, STATS_INTERVAL)
         self.server = server
         self.selector = selector
-        self.conn: psycopg.Connection[Any] | None = None
+        database = host.config.database
+        self.session = MasterDatabase(
+            host.dsn,
+            name="stats",
+            connect_timeout=database.connect_timeout,
+            pooled=database.pooled,
+            timeouts=(STATS_TIMEOUT, STATS_TIMEOUT),
+            quiet=True,  # the master's own session reports outages
+        )
         self.pending: PendingStatement | None = None
         # The readings of this refresh still to send, and what takes the rows of the current.
         self.todo: list[tuple[str, Callable[[Rows, float], None]]] = []
@@ -101,32 +109,14 @@ class QueueStatsRefresh(Service, Readable):
         return True
 
     def _session(self) -> psycopg.Connection[Any] | None:
-        if self.conn is not None and not self.conn.closed:
-            return self.conn
         if self.host.db.in_outage:
-            # The master's own session knows of the outage and retries with backoff; a connect
-            # here every refresh would hold the loop for its timeout each time.
+            # The master's own session knows of the outage and retries with backoff.
             return None
-        try:
-            pooled = self.host.config.database.pooled
-            conn = connect(
-                self.host.dsn,
-                application_name="pgq-supervisor stats",
-                connect_timeout=loop_connect_timeout(self.host.config.database.connect_timeout),
-                pooled=pooled,
-            )
-            bound_session(conn, STATS_TIMEOUT, STATS_TIMEOUT, pooled=pooled)
-        except (DatabaseError, psycopg.Error) as exc:
-            log.debug("queue stats: %s", exc)  # the master's own session reports outages
-            return None
-        self.conn = conn
-        return conn
+        return self.session.connection()  # None too while a connect is under way
 
     def fileno(self) -> int | None:
-        if self.conn is None or self.conn.closed:
-            return None
         with contextlib.suppress(psycopg.Error):
-            return self.conn.fileno()
+            return self.session.fileno()
         return None
 
     def on_readable(self) -> None:
@@ -140,9 +130,9 @@ class QueueStatsRefresh(Service, Readable):
         now = time.monotonic()
         handler = self.handler
         assert handler is not None
-        if self.todo and self.conn is not None:
+        if self.todo and self.session.conn is not None:
             handler(pending.rows, now)
-            self._send_next(self.conn)  # on the same socket, still registered
+            self._send_next(self.session.conn)  # on the same socket, still registered
             return
         self._unregister()
         # A big table makes the refresh rarer instead of keeping the server busy counting.
@@ -178,10 +168,7 @@ class QueueStatsRefresh(Service, Readable):
 
     def close(self) -> None:
         self._unregister()
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-        self.conn = None
+        self.session.close()
 
 
 class ConnectionSweep(Service):

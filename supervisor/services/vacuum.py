@@ -8,8 +8,9 @@ jobs/s, and at 6,501 with a VACUUM every 5 s). This service checks the dead-row 
 interval and, past a threshold, runs ``VACUUM pgq.jobs`` itself.
 
 A vacuum can take seconds, and the master's loop must not wait for it: the statement is sent on
-a connection of its own, opened for the occasion, and its socket joins the master's selector;
-the result is read when it arrives. With several supervisors on one database, a vacuum starts
+a connection of its own, opened for the occasion (without waiting: the connect advances at each
+check until it is made), and its socket joins the master's selector; the result is read when it
+arrives. With several supervisors on one database, a vacuum starts
 at most once per interval across the fleet (the maintenance record, pgq.maintenance_runs); on a
 direct session the connection also holds an advisory lock while the vacuum runs, and closing it
 (or its death) releases the lock. Behind a transaction pooler no session lock can be held, and
@@ -28,10 +29,10 @@ import psycopg
 
 from supervisor.config import VacuumConfig
 from supervisor.queue import locks, maintenance
-from supervisor.queue.dsn import DatabaseError, connect, scrub
+from supervisor.queue.dsn import scrub
 from supervisor.queue.queries import query
 from supervisor.services.base import Service
-from supervisor.services.database import loop_connect_timeout
+from supervisor.services.database import MasterDatabase
 from supervisor.services.pending import PendingStatement, Readable
 
 if TYPE_CHECKING:
@@ -51,6 +52,16 @@ class QueueVacuum(Service, Readable):
         defaults = VacuumConfig()
         super().__init__(host, defaults.interval)
         self.selector = selector
+        # Opened for each vacuum and closed after it; no statement timeout (VACUUM may take
+        # long: it is sent without waiting). Not quiet: it connects only after the master's own
+        # session answered, so a failure here is its own (too many connections, say).
+        self.session = MasterDatabase(
+            host.dsn,
+            name="vacuum",
+            connect_timeout=host.config.database.connect_timeout,
+            pooled=host.config.database.pooled,
+            timeouts=None,
+        )
         self.dead_rows = defaults.dead_rows
         self.pending: PendingStatement | None = None
         self.fd = -1
@@ -83,6 +94,7 @@ class QueueVacuum(Service, Readable):
                 self.refused = True
             return 0
         if dead_rows < self.dead_rows:
+            self.session.close()  # a connect left under way by the last try
             return 0
         self._start(dead_rows)
         return 1
@@ -94,26 +106,17 @@ class QueueVacuum(Service, Readable):
         return (int(row[0]), bool(row[1]), maintain) if row else (0, False, maintain)
 
     def _start(self, dead_rows: int) -> None:
-        config = self.host.config
-        try:
-            conn = connect(
-                self.host.dsn,
-                application_name="pgq-supervisor vacuum",
-                connect_timeout=loop_connect_timeout(config.database.connect_timeout),
-                pooled=config.database.pooled,
-            )
-        except DatabaseError as exc:
-            log.warning("vacuum: %s; trying again in %.0fs", exc, self.interval)
+        conn = self.session.connection()
+        if conn is None:
+            return  # the connect goes on at the next check (or the database is away)
+        if not self.session.run("vacuum turn", self._our_turn):
+            self.session.close()  # another supervisor is vacuuming, or just did
             return
         try:
-            if not self._our_turn(conn):
-                conn.close()  # another supervisor is vacuuming, or just did
-                return
             self.pending = PendingStatement(conn, query("vacuum_jobs"))
         except psycopg.Error as exc:
-            with contextlib.suppress(Exception):
-                conn.close()
-            log.warning("vacuum: could not start: %s", str(exc).strip())
+            self.session.close()
+            log.warning("vacuum: could not start: %s", scrub(str(exc).strip(), self.host.dsn))
             return
         self.started = time.monotonic()
         self.dead_before = dead_rows
@@ -137,7 +140,7 @@ class QueueVacuum(Service, Readable):
     # -- the loop's side: the result arrives ----------------------------------------------
 
     def fileno(self) -> int | None:
-        return self.fd if self.pending is not None else None
+        return self.fd if self.pending is not None else self.session.fileno()
 
     def on_readable(self) -> None:
         pending = self.pending
@@ -169,6 +172,5 @@ class QueueVacuum(Service, Readable):
             return
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(self.fd)
-        with contextlib.suppress(Exception):
-            self.pending.conn.close()  # releases the advisory lock with the session
+        self.session.close()  # releases the advisory lock with the session
         self.pending = None

@@ -30,6 +30,7 @@ from supervisor.observability.view import MasterCounters
 from supervisor.queue import dsn as dsn_module
 from supervisor.queue import maintenance
 from supervisor.services.database import MasterDatabase
+from supervisor.services.loop_session import LOOP_WAIT
 from supervisor.services.metrics_feed import QueueStatsRefresh
 from supervisor.services.purge import DROP_RETRY_AFTER, Purger
 from supervisor.services.rescuer import Rescuer
@@ -116,10 +117,14 @@ def test_master_sessions_carry_statement_and_lock_timeouts(host: Host) -> None:
     # Before: both were 0 (no limit): a statement stuck behind a lock held the loop for good.
     conn = host.db.connection()
     assert conn is not None
-    assert conn.execute("SHOW statement_timeout").fetchone() == ("5s",)
-    assert conn.execute("SHOW lock_timeout").fetchone() == ("1s",)
+    # Below the loop's own wait (LOOP_WAIT): the server cuts a slow statement short first.
+    assert conn.execute("SHOW statement_timeout").fetchone() == ("1s",)
+    assert conn.execute("SHOW lock_timeout").fetchone() == ("500ms",)
+    assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("5s",)
     # A statement past the timeout is cut short, and the session stays in use.
+    started = time.monotonic()
     assert host.db.run("slow", lambda c: c.execute("SELECT pg_sleep(10)")) is None
+    assert time.monotonic() - started < LOOP_WAIT
     assert host.db.conn is conn and host.db.reachable
 
 
@@ -332,20 +337,30 @@ def test_a_session_the_server_made_read_only_is_reopened(host: Host) -> None:
     assert host.db.conn is not conn
 
 
-def test_a_connect_to_a_silent_host_gives_up_after_libpqs_shortest_timeout() -> None:
+def test_a_connect_to_a_silent_host_never_holds_the_loop(caplog: pytest.LogCaptureFixture) -> None:
     # A socket that listens and never answers: the kernel completes the handshake, and the
     # startup packet goes unanswered, as with a host that silently drops traffic.
     with socket.create_server(("127.0.0.1", 0), backlog=1) as silent:
         port = silent.getsockname()[1]
         db = MasterDatabase(
-            f"postgresql://postgres@127.0.0.1:{port}/test", name="master", connect_timeout=30
+            f"postgresql://postgres:Sekrit-42x@127.0.0.1:{port}/test",
+            name="master",
+            connect_timeout=3,
         )
-        started = time.monotonic()
-        assert db.connection() is None
+        started, longest = time.monotonic(), 0.0
+        while not db.in_outage:
+            assert time.monotonic() - started < 10, "the connect never gave up"
+            call = time.monotonic()
+            assert db.connection() is None
+            longest = max(longest, time.monotonic() - call)
+            time.sleep(0.05)  # the rest of a turn of the loop
         took = time.monotonic() - started
-    # Before: the master's loop waited the configured 30 s (5 s by default); now libpq's 2 s.
-    assert took < 15, took
-    assert not db.reachable and db.in_outage
+    # Before: each call waited the connect timeout (libpq's shortest, 2 s, at the least) while
+    # the loop stood still; now a call takes a moment, and the connect gives up in its time.
+    assert longest < 0.5, longest
+    assert 2.5 < took < 6, took
+    assert not db.reachable
+    assert "database unreachable (master)" in caplog.text and "Sekrit" not in caplog.text
 
 
 def test_a_multi_host_dsn_finds_the_writable_server(dsn: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from supervisor.config import parse_config
 from supervisor.master.children import Slot
-from supervisor.master.loop import SERVICES_BUDGET, Master
+from supervisor.master.loop import CONNECTING_WAIT, SERVICES_BUDGET, Master
 from supervisor.master.pools import PoolRuntime
 from supervisor.services.base import Service
 
@@ -95,3 +95,30 @@ def test_due_services_are_spread_over_turns_longest_overdue_first(
     # "b" ran first and is due again, but "c" and "a" have waited longer since: no starving.
     Master.run_due_services(master)
     assert ran[3] == "b"
+
+
+def test_the_limits_once_written_leave_no_due_time_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    master, _ = _master(monkeypatch)
+    master.build_services()
+    monkeypatch.setattr(master.db, "run", lambda what, fn: [])  # written: nothing changed
+    sync = master.limit_sync
+    now = time.monotonic()
+    sync.run(now)
+    assert sync.done and sync.settled
+    # Before: 5 s later it was due on the clock but never ran again, so its due time stayed in
+    # the past and the loop's wait (until the earliest due time) slept 0 s: the master spun at a
+    # full core (10,000 turns a second) from then on.
+    later = now + 60
+    assert not sync.due(later) and sync.next_due > later
+
+
+def test_a_connect_under_way_keeps_the_loop_turning(monkeypatch: pytest.MonkeyPatch) -> None:
+    master, _ = _master(monkeypatch)
+    master.stopping = True  # no slot to refill: nothing else is due
+    waited: list[float] = []
+    monkeypatch.setattr(master.selector, "select", lambda timeout: waited.append(timeout) or [])
+    Master.wait(master)
+    # A connect advances a moment per turn (it never waits): the loop turns often meanwhile.
+    monkeypatch.setattr(master.db, "connecting", object())
+    Master.wait(master)
+    assert waited == [1.0, CONNECTING_WAIT]
