@@ -3,13 +3,14 @@
 -- the soonest token of any of the queue's tenant buckets, the same one for every waiting claim,
 -- so all the waiting children woke together for it and all but one claimed nothing.
 --
--- tenant_room, when a tenant's rate holds it back in this claim, notes the next token of that
--- tenant nobody was promised yet (a transaction-local setting, one per queue: the soonest of the
--- tenants held back); tenant_wait, called by limit_finish when the claim took nothing, promises
--- that token to this claim (the bucket's promised_at) and returns the seconds until it is due.
--- The next claim held back is then told the token after it, so waiting children wake one per
--- token. Only a tenant that this claim's walk stepped over for its rate can be promised: one
--- without work, or at its concurrency cap, never wakes anyone.
+-- tenant_room, when a tenant's rate holds it back in this claim, notes that tenant's first
+-- token due after the queue's last promise (a transaction-local setting, one per queue: the
+-- soonest of the tenants held back); tenant_wait, called by limit_finish when the claim took
+-- nothing, promises that token to this claim and returns the seconds until it is due. The next
+-- claim held back is told a later token, so waiting children wake one at a time: a claim takes
+-- every token due when it runs, of every tenant, so two tenants whose tokens fall due together
+-- wake one child, not two. Only a tenant that this claim's walk stepped over for its rate can
+-- be promised: one without work, or at its concurrency cap, never wakes anyone.
 --
 -- A token that comes due while the claim runs (between the walk and its end) gives a wait of 0:
 -- the child claims again at once. 0013's tenant_wait skipped such a token (it dropped every due
@@ -41,6 +42,7 @@ DECLARE
     at timestamptz;
     tokens float8;
     due timestamptz;
+    last timestamptz;
     note text;
 BEGIN
     SELECT * INTO l FROM pgq.queue_limits WHERE queue = p_queue;
@@ -70,12 +72,23 @@ BEGIN
                                 * greatest(0, extract(epoch FROM at - b.refilled_at)));
             room := least(room, floor(tokens)::integer);
             IF room = 0 THEN
-                -- Held back by its rate alone: its next token, or the one after the last
-                -- promised while that promise is still ahead (promises stay on due times).
+                -- Held back by its rate alone: its next token, unless a claim was already
+                -- promised a moment at or after it; then its first token after that moment.
+                -- A promise covers every tenant's tokens due by then (and within a
+                -- millisecond after: tenants spent by one claim fall due together), since
+                -- the claim woken for it takes them all. The last promise is the queue's,
+                -- kept in the queue's bucket row when the queue has no rate of its own (that
+                -- row's promises are then unused), and the tenant's own.
+                IF l.rate IS NULL THEN
+                    SELECT q.promised_at INTO last FROM pgq.limit_buckets AS q
+                    WHERE q.queue = p_queue AND q.per = 'queue' AND q.tenant = '';
+                END IF;
+                last := greatest(last, b.promised_at)
+                        + make_interval(secs => least(0.001, 0.25 / l.tenant_rate));
                 due := b.refilled_at + make_interval(secs => (1.0 - b.tokens) / l.tenant_rate);
-                IF b.promised_at > at THEN
-                    due := greatest(due, b.promised_at
-                                         + make_interval(secs => 1.0 / l.tenant_rate));
+                IF last > at AND due <= last THEN
+                    due := due + make_interval(secs => (floor(
+                        extract(epoch FROM last - due) * l.tenant_rate) + 1) / l.tenant_rate);
                 END IF;
                 note := nullif(current_setting(pgq.tenant_note_name(p_queue), true), '');
                 IF note IS NULL OR extract(epoch FROM due) < split_part(note, ' ', 1)::float8 THEN
@@ -108,6 +121,13 @@ BEGIN
     UPDATE pgq.limit_buckets
     SET promised_at = due
     WHERE queue = p_queue AND per = 'tenant' AND tenant = substr(note, strpos(note, ' ') + 1);
+    -- The queue's last promise (see tenant_room), when the queue has no rate of its own. Its row
+    -- is the queue's mutex, which this claim holds (pgq.limit_take).
+    UPDATE pgq.limit_buckets AS q
+    SET promised_at = greatest(q.promised_at, due)
+    FROM pgq.queue_limits AS l
+    WHERE l.queue = p_queue AND l.rate IS NULL
+      AND q.queue = p_queue AND q.per = 'queue' AND q.tenant = '';
     -- Promised once: a second call in this transaction finds nothing to wait for.
     PERFORM set_config(pgq.tenant_note_name(p_queue), '', true);
     RETURN greatest(0.0, extract(epoch FROM due - clock_timestamp()));

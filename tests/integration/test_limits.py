@@ -414,3 +414,22 @@ def test_claims_waiting_on_a_tenant_are_promised_one_token_each(
     assert [j.tenant for j in _claim(conn, 5).jobs] == ["acme"]
     late = _claim(conn, 5)  # a second child woken with the first: its token is not due yet
     assert late.jobs == [] and late.limit_wait is not None and late.limit_wait > waits[0]
+
+
+def test_tenants_whose_tokens_fall_due_together_wake_one_claim(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Two tenants spent together get their next tokens at the same moment; the claim woken
+    then takes both, so the second claim waiting is told the moment after (one token later),
+    not the other tenant's token of the same moment, which it would wake for and miss."""
+    _limit(conn, tenant_rate=5.0, tenant_burst=1)
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant="acme")] * 10)
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant="globex")] * 10)
+    assert sorted(j.tenant for j in _claim(conn, 5).jobs) == ["acme", "globex"]
+    first, second = _claim(conn, 5), _claim(conn, 5)
+    assert first.jobs == second.jobs == []
+    assert first.limit_wait is not None and second.limit_wait is not None
+    assert 0 < first.limit_wait <= 0.2
+    assert abs(second.limit_wait - first.limit_wait - 0.2) < 0.05, (first, second)
+    time.sleep(first.limit_wait)
+    assert sorted(j.tenant for j in _claim(conn, 5).jobs) == ["acme", "globex"]
