@@ -433,3 +433,30 @@ def test_tenants_whose_tokens_fall_due_together_wake_one_claim(
     assert abs(second.limit_wait - first.limit_wait - 0.2) < 0.05, (first, second)
     time.sleep(first.limit_wait)
     assert sorted(j.tenant for j in _claim(conn, 5).jobs) == ["acme", "globex"]
+
+
+def test_a_claim_over_many_tenants_spends_each_tenants_tokens(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The claim's end takes every tenant's tokens at once (0031): a batch over five tenants
+    leaves each bucket short by the jobs it claimed, and a tenant that claimed nothing keeps
+    no bucket."""
+    _limit(conn, tenant_rate=0.01, tenant_burst=3)
+    for n in range(5):
+        enqueue_many(conn, [NewJob("k", queue="hooks", tenant=f"t{n}")] * (n + 1))
+    got = _claim(conn, 20).jobs
+    assert Counter(j.tenant for j in got) == {"t0": 1, "t1": 2, "t2": 3, "t3": 3, "t4": 3}
+    tokens = dict(
+        conn.execute(
+            "SELECT tenant, round(tokens::numeric, 2) FROM pgq.limit_buckets WHERE per = 'tenant'"
+        ).fetchall()
+    )
+    assert {t: float(v) for t, v in tokens.items()} == {
+        "t0": 2.0,
+        "t1": 1.0,
+        "t2": 0.0,
+        "t3": 0.0,
+        "t4": 0.0,
+    }
+    # t0's and t1's jobs all ran; the others' tokens are spent: nothing may start now.
+    assert _claim(conn, 20).jobs == []
