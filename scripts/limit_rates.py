@@ -108,8 +108,8 @@ def most_in_a_second(starts: list[datetime]) -> int:
     return most
 
 
-# The functions 0030 replaced, as 0013 defined them: the "before" lane of --compare.
-REPLACED_BY_0030 = ("tenant_room", "tenant_wait", "limit_take_all")
+# The functions 0030 and 0031 replaced, as 0013 defined them: the "before" lanes of --compare.
+REPLACED_SINCE_0013 = ("tenant_room", "tenant_wait", "limit_take_all", "limit_finish")
 LANES = {
     "0013, no statistics": ("0013", False),
     "0013, with statistics": ("0013", True),
@@ -122,9 +122,9 @@ def functions_of_0013() -> str:
     text = (ROOT / "sql" / "migrations" / "0013_limits.sql").read_text(encoding="utf-8")
     found = []
     for match in re.finditer(r"CREATE FUNCTION pgq\.(\w+)\(.*?\n\$\$;", text, re.DOTALL):
-        if match.group(1) in REPLACED_BY_0030:
+        if match.group(1) in REPLACED_SINCE_0013:
             found.append(match.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
-    assert len(found) == len(REPLACED_BY_0030), "0013's functions not found"
+    assert len(found) == len(REPLACED_SINCE_0013), "0013's functions not found"
     return "\n".join(found)
 
 
