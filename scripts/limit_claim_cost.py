@@ -4,7 +4,9 @@ every variant claims the same jobs), and, given --baseline (a sql/queries.sql fr
 limits, e.g. `git show claim:sql/queries.sql > /tmp/base.sql`), the statement without the limits'
 hooks at all. One table (20,000 waiting jobs over 50 tenants, 100,000 dead letters), the
 variants interleaved round by round so all see the same cache and vacuum state; the claimed jobs
-go back to available after each claim. Prints a table and, as the last line, JSON.
+go back to available after each claim. "limits: tenant, 0013's finish" is the per-tenant
+variant with the claim's end as 0013 wrote it (one pgq.tenant_spend call per tenant claimed),
+put back for its turns: the cost 0031 took away. Prints a table and, as the last line, JSON.
 
     .venv/bin/python scripts/limit_claim_cost.py [--baseline FILE] [--rounds 3] [--claims 1000]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -36,6 +39,18 @@ LIMITS = {
     "queue": Limits("pdf", concurrency=NEVER, rate=float(NEVER), burst=NEVER),
     "tenant": Limits("pdf", tenant_concurrency=NEVER, tenant_rate=float(NEVER), tenant_burst=NEVER),
 }
+
+
+ROOT = Path(__file__).resolve().parent.parent
+MIGRATIONS = ROOT / "sql" / "migrations"
+
+
+def finish_of_0013() -> str:
+    """0013's pgq.limit_finish, to put back."""
+    text = (MIGRATIONS / "0013_limits.sql").read_text(encoding="utf-8")
+    found = re.search(r"CREATE FUNCTION pgq\.limit_finish\(.*?\n\$\$;", text, re.DOTALL)
+    assert found is not None
+    return found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 
 def latencies(conn: psycopg.Connection[Any], sql: str, claims: int, batch: int) -> list[float]:
@@ -73,12 +88,14 @@ def main() -> int:
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=10)
     args = parser.parse_args()
-    variants: dict[str, tuple[str, Limits | None]] = {
-        f"limits: {name}": (query("claim"), limit) for name, limit in LIMITS.items()
+    current = (MIGRATIONS / "0031_tenant_spend_once.sql").read_text(encoding="utf-8")
+    variants: dict[str, tuple[str, Limits | None, str]] = {
+        f"limits: {name}": (query("claim"), limit, current) for name, limit in LIMITS.items()
     }
+    variants["limits: tenant, 0013's finish"] = (query("claim"), LIMITS["tenant"], finish_of_0013())
     if args.baseline is not None:
         base = parse(args.baseline.read_text(encoding="utf-8"))["claim"]
-        variants = {"before the limits": (base, None), **variants}
+        variants = {"before the limits": (base, None, current), **variants}
     figures: dict[str, list[float]] = {name: [] for name in variants}
     with fresh_database(args.dsn, "limit_claim_cost") as db:
         migrate(db)
@@ -93,7 +110,8 @@ def main() -> int:
             )
             conn.execute("VACUUM ANALYZE pgq.jobs")
             for _ in range(args.rounds):
-                for name, (sql, limit) in variants.items():
+                for name, (sql, limit, functions) in variants.items():
+                    conn.execute(functions)
                     write_limits(conn, [limit] if limit else [], ["pdf"], "bench")
                     figures[name] += latencies(conn, sql, args.claims, args.batch)
     result = {name: summary(values) for name, values in figures.items()}
@@ -101,10 +119,10 @@ def main() -> int:
     for row in result.values():
         row["p50_vs_no_limits"] = round(row["p50_ms"] / reference, 3)
     print(f"claim of {args.batch} from one queue of 20,000 jobs over 50 tenants")
-    print(f"{'variant':<20} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'p50 ratio':>10}")
+    print(f"{'variant':<30} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'p50 ratio':>10}")
     for name, row in result.items():
         print(
-            f"{name:<20} {row['p50_ms']:8.3f} {row['mean_ms']:8.3f} {row['p99_ms']:8.3f}"
+            f"{name:<30} {row['p50_ms']:8.3f} {row['mean_ms']:8.3f} {row['p99_ms']:8.3f}"
             f" {row['p50_vs_no_limits']:10.3f}"
         )
     print(json.dumps({"batch": args.batch, "claims_each": args.claims * args.rounds, **result}))

@@ -3,6 +3,7 @@ both taken in the claim's own transaction; slots given back by requeue and rescu
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -241,6 +242,15 @@ def test_tenant_room_counts_each_tenants_running_jobs(conn: psycopg.Connection[A
     assert _room(conn, "acme", 5) == 2 and _room(conn, "acme", 1) == 1
 
 
+def _room_then_wait(conn: psycopg.Connection[Any], tenant: str) -> tuple[int, float | None]:
+    """A claim's two calls in one transaction: its walk's room for the tenant, then (as
+    limit_finish does when nothing was claimed) the wait for the token promised to it."""
+    with conn.transaction():
+        room = _room(conn, tenant, 5)
+        wait = conn.execute("SELECT pgq.tenant_wait('hooks')").fetchone()[0]
+    return room, wait
+
+
 def _ids_of(conn: psycopg.Connection[Any], tenant: str) -> set[int]:
     rows = conn.execute("SELECT id FROM pgq.jobs WHERE tenant = %s", (tenant,)).fetchall()
     return {row[0] for row in rows}
@@ -251,11 +261,14 @@ def test_tenant_rates_spend_refill_wait_and_forget_full_buckets(
 ) -> None:
     _limit(conn, tenant_rate=2.0, tenant_burst=2)
     assert _room(conn, "acme", 5) == 2  # no bucket yet: a full one
-    assert conn.execute("SELECT pgq.tenant_wait('hooks')").fetchone()[0] is None
+    assert _room_then_wait(conn, "acme") == (2, None)
     conn.execute("SELECT pgq.tenant_spend('hooks', 'acme', 2)")
     assert _room(conn, "acme", 5) == 0 and _room(conn, "globex", 5) == 2
-    wait = conn.execute("SELECT pgq.tenant_wait('hooks')").fetchone()[0]
-    assert 0.4 < wait <= 0.5  # one token at 2/s
+    room, wait = _room_then_wait(conn, "acme")
+    assert room == 0 and wait is not None and 0.4 < wait <= 0.5  # one token at 2/s
+    # Promised: the next claim held back is told the token after it.
+    room, after = _room_then_wait(conn, "acme")
+    assert room == 0 and after is not None and abs(after - wait - 0.5) < 0.05
     time.sleep(wait)
     assert _room(conn, "acme", 5) == 1
     # A full bucket is the same as none: the occasional sweep drops it.
@@ -356,3 +369,94 @@ def test_queue_and_tenant_limits_together(conn: psycopg.Connection[Any]) -> None
     assert len(got.jobs) == 3 and max(Counter(j.tenant for j in got.jobs).values()) == 2
     held = _claim(conn, 10)
     assert held.jobs == [] and held.limit_wait == -1
+
+
+def test_a_tenant_token_due_while_the_claim_runs_is_waited_for_not_missed(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The token of a tenant held back by its rate comes due between the claim's walk and its
+    end: the claim says to come back at once (0), never nothing (None), which left the child
+    asleep for its whole poll interval while the token went unused."""
+    _limit(conn, tenant_rate=20.0, tenant_burst=2)
+    conn.execute("SELECT pgq.tenant_spend('hooks', 'acme', 2)")
+    with conn.transaction():
+        assert _room(conn, "acme", 5) == 0
+        time.sleep(0.06)  # past the next token (one in 1/20 s)
+        wait = conn.execute("SELECT pgq.tenant_wait('hooks')").fetchone()[0]
+    assert wait == 0.0
+
+
+def test_claims_waiting_on_a_tenant_are_promised_one_token_each(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Four claims that a tenant's rate held back are each told a token of their own, one
+    token apart, so the waiting children wake one at a time rather than all together for the
+    one token; the first to wake takes it, and a claim woken with it finds nothing."""
+    _limit(conn, tenant_rate=5.0, tenant_burst=2)
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant="acme")] * 20)
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant="quiet")])
+    assert sorted(j.tenant for j in _claim(conn, 5).jobs) == ["acme", "acme", "quiet"]
+    held = [_claim(conn, 5) for _ in range(4)]
+    assert all(h.jobs == [] for h in held)
+    waits = [h.limit_wait for h in held]
+    assert all(w is not None for w in waits), waits
+    assert 0 < waits[0] <= 0.2
+    for earlier, later in itertools.pairwise(waits):
+        assert later is not None and earlier is not None
+        assert abs(later - earlier - 0.2) < 0.05, waits  # one token (1/5 s) apart
+    # The tenant without work was never promised anything: only acme's bucket holds promises.
+    promised = conn.execute(
+        "SELECT tenant FROM pgq.limit_buckets WHERE per = 'tenant' AND promised_at IS NOT NULL"
+    ).fetchall()
+    assert promised == [("acme",)]
+    assert waits[0] is not None
+    time.sleep(waits[0])
+    assert [j.tenant for j in _claim(conn, 5).jobs] == ["acme"]
+    late = _claim(conn, 5)  # a second child woken with the first: its token is not due yet
+    assert late.jobs == [] and late.limit_wait is not None and late.limit_wait > waits[0]
+
+
+def test_tenants_whose_tokens_fall_due_together_wake_one_claim(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Two tenants spent together get their next tokens at the same moment; the claim woken
+    then takes both, so the second claim waiting is told the moment after (one token later),
+    not the other tenant's token of the same moment, which it would wake for and miss."""
+    _limit(conn, tenant_rate=5.0, tenant_burst=1)
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant="acme")] * 10)
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant="globex")] * 10)
+    assert sorted(j.tenant for j in _claim(conn, 5).jobs) == ["acme", "globex"]
+    first, second = _claim(conn, 5), _claim(conn, 5)
+    assert first.jobs == second.jobs == []
+    assert first.limit_wait is not None and second.limit_wait is not None
+    assert 0 < first.limit_wait <= 0.2
+    assert abs(second.limit_wait - first.limit_wait - 0.2) < 0.05, (first, second)
+    time.sleep(first.limit_wait)
+    assert sorted(j.tenant for j in _claim(conn, 5).jobs) == ["acme", "globex"]
+
+
+def test_a_claim_over_many_tenants_spends_each_tenants_tokens(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The claim's end takes every tenant's tokens at once (0031): a batch over five tenants
+    leaves each bucket short by the jobs it claimed, and a tenant that claimed nothing keeps
+    no bucket."""
+    _limit(conn, tenant_rate=0.01, tenant_burst=3)
+    for n in range(5):
+        enqueue_many(conn, [NewJob("k", queue="hooks", tenant=f"t{n}")] * (n + 1))
+    got = _claim(conn, 20).jobs
+    assert Counter(j.tenant for j in got) == {"t0": 1, "t1": 2, "t2": 3, "t3": 3, "t4": 3}
+    tokens = dict(
+        conn.execute(
+            "SELECT tenant, round(tokens::numeric, 2) FROM pgq.limit_buckets WHERE per = 'tenant'"
+        ).fetchall()
+    )
+    assert {t: float(v) for t, v in tokens.items()} == {
+        "t0": 2.0,
+        "t1": 1.0,
+        "t2": 0.0,
+        "t3": 0.0,
+        "t4": 0.0,
+    }
+    # t0's and t1's jobs all ran; the others' tokens are spent: nothing may start now.
+    assert _claim(conn, 20).jobs == []
