@@ -119,8 +119,9 @@ SELECT json_build_object(
 -- name: vacuum
 -- Vacuum and bloat of pgq.jobs, from the statistics views and the catalog (no scan of the
 -- table): dead and live rows, the last vacuums, the sizes of the table and of the claim index,
--- the average width of a row from pg_stats (to estimate what the live rows need), the
--- autovacuum settings on the table and the server's, and the vacuum service's recent runs.
+-- the average width of a row from pg_stats (to estimate what the live rows need), when its
+-- statistics were last gathered and how much changed since, the autovacuum settings on the
+-- table and the server's, and the vacuum service's recent runs.
 SELECT json_build_object(
     'live_rows', coalesce(s.n_live_tup, 0),
     'dead_rows', coalesce(s.n_dead_tup, 0),
@@ -130,6 +131,11 @@ SELECT json_build_object(
         extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8,
     'autovacuum_count', s.autovacuum_count,
     'vacuum_count', s.vacuum_count,
+    'analyzed', (s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL),
+    'analyze_seconds_ago',
+        extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze))::float8,
+    'changed_since_analyze', coalesce(s.n_mod_since_analyze, 0),
+    'rows_at_analyze', c.reltuples,
     'table_bytes', pg_table_size(c.oid),
     'row_width', (
         SELECT sum(st.avg_width)

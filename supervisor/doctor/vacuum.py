@@ -39,6 +39,7 @@ def run(probe: Probe) -> list[Check]:
     checks = [
         dead_rows(doc, probe.thresholds),
         autovacuum(doc),
+        statistics(doc),
         bloat(doc, available),
         service(doc, probe),
     ]
@@ -89,6 +90,36 @@ def autovacuum(doc: dict[str, Any]) -> Check:
         "; ".join(problems) + f" (settings on pgq.jobs: {settings})",
         "ALTER TABLE pgq.jobs RESET (autovacuum_enabled); turn autovacuum and track_counts "
         "on in postgresql.conf (a queue table dies without them)",
+    )
+
+
+# Below this many rows any plan reads the table quickly, statistics or not.
+STATISTICS_MIN_ROWS = 10_000
+# Statistics gathered when the table held a tenth of its rows or fewer are stale.
+STATISTICS_GROWTH = 10
+
+
+def statistics(doc: dict[str, Any]) -> Check:
+    """Whether the planner knows the table's size: the claim's plan (the tenant walk's probes,
+    the pick) is chosen from the statistics, and on a table never analyzed, or analyzed while a
+    fraction of its size, it can scan and sort the whole queue at every step of the walk."""
+    name = "vacuum.statistics"
+    live = int(doc.get("live_rows") or 0)
+    changed = int(doc.get("changed_since_analyze") or 0)
+    at_analyze = max(0.0, float(doc.get("rows_at_analyze") or 0))
+    since = doc.get("analyze_seconds_ago")
+    last = f"last analyzed {age(since)} ago" if since is not None else "never analyzed"
+    detail = f"pgq.jobs: {live:,} live rows, {changed:,} changed since the statistics; {last}"
+    stale = not doc.get("analyzed") or live > STATISTICS_GROWTH * max(at_analyze, 1.0)
+    if live < STATISTICS_MIN_ROWS or not stale:
+        return ok(name, detail)
+    return Check(
+        name,
+        "warn",
+        detail + f" (planned for about {at_analyze:,.0f} rows); the claim's plan is chosen "
+        "from these statistics and may read the whole queue at every claim",
+        "ANALYZE pgq.jobs (autovacuum's autoanalyze does it on its own once it runs; after a "
+        "bulk load, do it yourself)",
     )
 
 

@@ -216,6 +216,26 @@ def test_dead_rows_above_the_threshold(dsn: str, conn: psycopg.Connection[Any]) 
     assert "autovacuum_enabled=false" not in after["vacuum.autovacuum"].detail
 
 
+def test_a_queue_table_never_analyzed_is_named_and_ok_once_analyzed(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    # No autoanalyze behind the test's back (the embedded server runs autovacuum).
+    conn.execute("ALTER TABLE pgq.jobs SET (autovacuum_enabled = false)")
+    enqueue_many(conn, [NewJob("render_pdf", {"n": i}, queue="pdf") for i in range(20_000)])
+    conn.execute("VACUUM pgq.jobs")  # counts the live rows; gathers no statistics
+
+    def named() -> Check | None:
+        check = run(dsn, vacuum.family())["vacuum.statistics"]
+        return check if not check.passed else None
+
+    check = wait_for(named, 20, what="the missing statistics named")
+    assert check.status == "warn" and "never analyzed" in check.detail, check
+    assert "ANALYZE pgq.jobs" in check.fix
+    conn.execute("ANALYZE pgq.jobs")
+    assert run(dsn, vacuum.family())["vacuum.statistics"].passed
+    conn.execute("ALTER TABLE pgq.jobs RESET (autovacuum_enabled)")
+
+
 def test_the_notify_queue_filling_behind_a_listener_that_never_reads(dsn: str) -> None:
     deaf = session(dsn, "deaf-listener")
     pid = deaf.info.backend_pid
