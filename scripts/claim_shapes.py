@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
 
 from supervisor import NewJob, enqueue_many, migrate
+from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim_params, read_claim
@@ -49,15 +50,33 @@ LEASE = 60.0
 OLD_CLAIM = parse(sql_text("benchmarks.sql"))["claim_one_queue"]
 
 
-class Drain:
-    """A child's claim loop on one connection: the new claim, or the previous release's."""
+def claim_from(path: str) -> str:
+    """The claim statement of another sql/queries.sql (e.g. `git show main:sql/queries.sql`)."""
+    return parse(Path(path).read_text())["claim"]
 
-    def __init__(self, conn: psycopg.Connection[Any], pool: Sequence[str], *, old: bool) -> None:
+
+class Drain:
+    """A child's claim loop on one connection: the new claim, or the previous release's.
+
+    ``sql``: another text of the one-statement claim (an earlier sql/queries.sql's, read with
+    ``claim_from``), run the way that release's child ran it (no cursors)."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        pool: Sequence[str],
+        *,
+        old: bool,
+        sql: str | None = None,
+    ) -> None:
         self.conn = conn
         self.pool = list(pool)
         self.old = old
+        self.sql = sql
         self.queues = WeightedQueues(dict.fromkeys(pool, 1))
         self.tenants = TenantRotation()
+        # As a child with the default poll interval (supervisor/child/cursors.py).
+        self.cursors = ClaimCursors(1.0)
         self.statements = 0
 
     def claim(self, limit: int, done: Sequence[Job]) -> list[Job]:
@@ -66,12 +85,21 @@ class Drain:
             return self._claim_old(limit, done)
         order = self.queues.order(now)
         resume = [self.tenants.resume(q) for q in order]
+        cursors = self.cursors.for_claim(order, now) if self.sql is None else []
         params = claim_params(
-            order, worker="bench", limit=limit, lease_seconds=LEASE, done=done, resume=resume
+            order,
+            worker="bench",
+            limit=limit,
+            lease_seconds=LEASE,
+            done=done,
+            resume=resume,
+            cursors=cursors,
         )
-        jobs = read_claim(self.conn.execute(query("claim"), params)).jobs
+        jobs = read_claim(self.conn.execute(self.sql or query("claim"), params)).jobs
         self.statements += 1
         self.queues.observe(order, jobs, limit, now)
+        if self.sql is None:
+            self.cursors.observe(jobs, now)
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         return jobs

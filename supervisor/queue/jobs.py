@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -25,6 +26,9 @@ from supervisor.queue.queries import query
 DEFAULT_LEASE_SECONDS = 60.0
 # queue -> tenant -> weight, for the tenants whose weight is not 1 (the YAML's `tenants:`).
 TenantWeights = Mapping[str, Mapping[str, int]]
+# Where a child's claims resume inside a tenant: (queue, tenant key, priority, run_at, id) of the
+# last job it claimed there (supervisor.child.cursors); the claim starts past it.
+Cursor = tuple[str, str, int, datetime, int]
 
 
 class LeaseLost(RuntimeError):
@@ -89,12 +93,15 @@ def claim_params(
     history: bool = False,
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
+    cursors: Sequence[Cursor] = (),
 ) -> dict[str, Any]:
     """The parameters of the claim statement (sql/queries.sql, ``claim``).
 
     ``queues`` in the order to try them (one name: that queue alone); ``resume`` the tenant key
     each queue's rotation resumes at (``TenantRotation.resume``; the start when omitted);
-    ``tenant_weights`` maps queue -> tenant -> weight for tenants that are not weight 1."""
+    ``tenant_weights`` maps queue -> tenant -> weight for tenants that are not weight 1;
+    ``cursors`` where the claim starts inside tenants (``ClaimCursors``; none: from the start of
+    every tenant, which finds every due job)."""
     names = [queues] if isinstance(queues, str) else list(queues)
     weights = [
         (queue, tenant, weight)
@@ -111,6 +118,11 @@ def claim_params(
         "tenant_queues": [q for q, _, _ in weights],
         "tenant_names": [t for _, t, _ in weights],
         "tenant_weights": [w for _, _, w in weights],
+        "cursor_queues": [c[0] for c in cursors],
+        "cursor_tenants": [c[1] for c in cursors],
+        "cursor_priorities": [c[2] for c in cursors],
+        "cursor_run_ats": [c[3] for c in cursors],
+        "cursor_ids": [c[4] for c in cursors],
         "limit": limit,
         "worker": worker,
         "lease_seconds": lease_seconds,
@@ -128,6 +140,7 @@ def send_claim(
     history: bool = False,
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
+    cursors: Sequence[Cursor] = (),
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``).
 
@@ -144,6 +157,7 @@ def send_claim(
         history=history,
         resume=resume,
         tenant_weights=tenant_weights,
+        cursors=cursors,
     )
     return conn.execute(query("claim"), params)
 
