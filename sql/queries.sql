@@ -251,7 +251,9 @@ next AS (
                    w.found + (r.room > 0)::integer, w.per_tenant
             FROM walk AS w
             -- The child's cursor nearest ahead (the cursor's tenant, the key of the last job the
-            -- child claimed there): in lap 1 only those before the resume point.
+            -- child claimed there): in lap 1 only those before the resume point. The child sends
+            -- them in tenant order (supervisor/child/cursors.py), so the first that qualifies is
+            -- the nearest, with no sort.
             LEFT JOIN LATERAL (
                 SELECT c.tenant COLLATE "C" AS tenant, c.priority, c.run_at, c.id
                 FROM unnest(%(cursor_queues)s::text[], %(cursor_tenants)s::text[],
@@ -260,7 +262,6 @@ next AS (
                 WHERE c.queue = pool.queue
                   AND c.tenant COLLATE "C" >= w.pos
                   AND (w.lap = 0 OR c.tenant COLLATE "C" < pool.resume)
-                ORDER BY 1
                 LIMIT 1
             ) AS k ON true
             CROSS JOIN LATERAL (

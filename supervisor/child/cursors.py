@@ -52,7 +52,9 @@ class ClaimCursors:
             return []
         out: list[Cursor] = []
         for queue in order:
-            out.extend(self._at.get(queue, {}).values())
+            # In tenant order: the claim takes the first one at or after a key as the nearest.
+            # Python's str order is the index's byte order (COLLATE "C") for UTF-8.
+            out.extend(sorted(self._at.get(queue, {}).values(), key=lambda c: c[1]))
             if len(out) >= PER_CLAIM:
                 return out[:PER_CLAIM]
         return out
