@@ -200,9 +200,11 @@ def claim(
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
+    cursors: Sequence[Cursor] = (),
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``worker`` from ``queues`` (tried in that order), in
-    claim order: tenants in rotation from ``resume``, then best priority, oldest run_at, id."""
+    claim order: tenants in rotation from ``resume``, then best priority, oldest run_at, id
+    (past ``cursors`` inside their tenants)."""
     _own_transaction(conn, "claim")
     cursor = send_claim(
         conn,
@@ -212,6 +214,7 @@ def claim(
         lease_seconds=lease_seconds,
         resume=resume,
         tenant_weights=tenant_weights,
+        cursors=cursors,
     )
     if not conn.autocommit:
         conn.commit()
