@@ -43,7 +43,7 @@ from supervisor import NewJob, enqueue_many, migrate
 from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
-from supervisor.queue.jobs import claim_params, read_claim
+from supervisor.queue.jobs import claim_params, read_claim, use_generic_plans
 from supervisor.queue.queries import parse, query, sql_text
 
 LEASE = 60.0
@@ -78,6 +78,12 @@ class Drain:
         # As a child with the default poll interval (supervisor/child/cursors.py).
         self.cursors = ClaimCursors(1.0)
         self.statements = 0
+        # Planned as each release's child plans it: this one once (use_generic_plans), the
+        # earlier ones at every run.
+        if old or sql is not None:
+            conn.execute("RESET plan_cache_mode")
+        else:
+            use_generic_plans(conn)
 
     def claim(self, limit: int, done: Sequence[Job]) -> list[Job]:
         now = time.monotonic()
@@ -196,22 +202,36 @@ def tenants_shape(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict
     }
 
 
-def fairness_cost(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict[str, Any]:
+def fairness_cost(
+    conn: psycopg.Connection[Any], jobs: int, rounds: int, baseline: str | None = None
+) -> dict[str, Any]:
+    """``baseline``: also the claim of another sql/queries.sql ("main"), fairness on."""
     out: dict[str, Any] = {}
+    names = ["off", "on", *(["main"] if baseline else [])]
     for batch in (1, 10, 100):
         n = jobs // 4 if batch == 1 else jobs
-        rates: dict[str, list[float]] = {"on": [], "off": []}
+        rates: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(rounds):
-            for name in ("off", "on"):
+            for name in names:
                 _reset(conn)
                 _fill(conn, [NewJob("k", queue="q") for _ in range(n)])
-                rates[name].append(Drain(conn, ["q"], old=name == "off").run(batch, n))
+                drain = Drain(
+                    conn,
+                    ["q"],
+                    old=name == "off",
+                    sql=claim_from(baseline) if name == "main" and baseline else None,
+                )
+                rates[name].append(drain.run(batch, n))
         on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
         out[str(batch)] = {
             "on_jobs_per_s": round(on),
             "off_jobs_per_s": round(off),
             "cost_ratio": round(off / on, 3),  # claim cost on / off
         }
+        if baseline:
+            main = statistics.median(rates["main"])
+            out[str(batch)]["main_jobs_per_s"] = round(main)
+            out[str(batch)]["main_cost_ratio"] = round(off / main, 3)
     return out
 
 
@@ -309,6 +329,9 @@ def main() -> int:
     parser.add_argument("--flood", type=int, default=30_000)
     parser.add_argument("--quiet", type=int, default=200)
     parser.add_argument("--only", choices=("queues", "tenants", "fairness", "flood"))
+    parser.add_argument(
+        "--baseline", help="another sql/queries.sql: its claim is the fairness table's main lane"
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds}
     with fresh_database(args.dsn, "claim_shapes") as db:
@@ -321,7 +344,7 @@ def main() -> int:
             if args.only in (None, "tenants"):
                 figures["tenants"] = tenants_shape(conn, args.jobs, args.rounds)
             if args.only in (None, "fairness"):
-                figures["fairness"] = fairness_cost(conn, args.jobs, args.rounds)
+                figures["fairness"] = fairness_cost(conn, args.jobs, args.rounds, args.baseline)
         if args.only in (None, "flood"):
             figures["flood"] = flood_shape(db, args.flood, args.quiet, args.rounds)
     for section, table in figures.items():

@@ -265,30 +265,23 @@ next AS (
                 LIMIT 1
             ) AS k ON true
             CROSS JOIN LATERAL (
-                SELECT least(k.tenant, CASE WHEN w.lap = 1 THEN pool.resume END) AS hi
+                -- Where this step's search for a tenant without a cursor ends: that cursor's
+                -- tenant, else the lap's end (the resume point in lap 1; past every key in lap
+                -- 0, as no tenant is longer than 200 characters: 0010's check).
+                SELECT coalesce(least(k.tenant, CASE WHEN w.lap = 1 THEN pool.resume END),
+                                repeat(chr(1114111), 201)) COLLATE "C" AS hi
             ) AS h
             CROSS JOIN LATERAL (
-                -- A tenant without a cursor before it (or before the lap's end): probed from its
-                -- first entry, which gives the key its pick starts at.
-                (SELECT e.tenant, e.tenant || E'\x01' AS pos, w.lap AS lap, e.kp, e.kr, e.ki
-                 FROM (SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant,
-                              j.priority::integer AS kp, j.run_at AS kr, j.id AS ki
-                       FROM pgq.jobs AS j
-                       WHERE h.hi IS NOT NULL
-                         AND j.state = 'available'
-                         AND j.queue = pool.queue
-                         AND coalesce(j.tenant, '') COLLATE "C" >= w.pos
-                         AND coalesce(j.tenant, '') COLLATE "C" < h.hi
-                       ORDER BY coalesce(j.tenant, '') COLLATE "C", j.priority DESC, j.run_at, j.id
-                       LIMIT 1) AS e)
-                UNION ALL
-                (SELECT coalesce(j.tenant, '') COLLATE "C", coalesce(j.tenant, '') || E'\x01',
-                        w.lap, j.priority::integer, j.run_at, j.id
+                -- A tenant without a cursor, before that end: probed from its first entry,
+                -- which gives the key its pick starts at.
+                (SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant,
+                        coalesce(j.tenant, '') || E'\x01' AS pos, w.lap AS lap,
+                        j.priority::integer AS kp, j.run_at AS kr, j.id AS ki
                  FROM pgq.jobs AS j
-                 WHERE h.hi IS NULL
-                   AND j.state = 'available'
+                 WHERE j.state = 'available'
                    AND j.queue = pool.queue
                    AND coalesce(j.tenant, '') COLLATE "C" >= w.pos
+                   AND coalesce(j.tenant, '') COLLATE "C" < h.hi
                  ORDER BY coalesce(j.tenant, '') COLLATE "C", j.priority DESC, j.run_at, j.id
                  LIMIT 1)
                 UNION ALL
