@@ -88,6 +88,14 @@ def bigint_array(values: Iterable[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def text_array(values: Iterable[str]) -> str:
+    """Strings as PostgreSQL's array literal (every element quoted), sent as text for the same
+    reason as ``bigint_array``: the claim's lists of queues, tenants and cursors, dumped as
+    lists, cost it about 100 us of psycopg's time at every claim."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
 def results_param(done: Sequence[Job]) -> str:
     """The finished jobs' return values as the claim's JSON array of [id, value] pairs. Built
     as text from values already encoded when the handler returned, so a batch without results
@@ -126,16 +134,16 @@ def claim_params(
         "done_lease_ids": bigint_array(j.lease_id for j in done),
         "results": results_param(done),
         "history": history,
-        "queues": names,
-        "resume": list(resume) if resume is not None else [""] * len(names),
-        "tenant_queues": [q for q, _, _ in weights],
-        "tenant_names": [t for _, t, _ in weights],
-        "tenant_weights": [w for _, _, w in weights],
-        "cursor_queues": [c[0] for c in cursors],
-        "cursor_tenants": [c[1] for c in cursors],
-        "cursor_priorities": [c[2] for c in cursors],
-        "cursor_run_ats": [c[3] for c in cursors],
-        "cursor_ids": [c[4] for c in cursors],
+        "queues": text_array(names),
+        "resume": text_array(resume if resume is not None else [""] * len(names)),
+        "tenant_queues": text_array(q for q, _, _ in weights),
+        "tenant_names": text_array(t for _, t, _ in weights),
+        "tenant_weights": bigint_array(w for _, _, w in weights),
+        "cursor_queues": text_array(c[0] for c in cursors),
+        "cursor_tenants": text_array(c[1] for c in cursors),
+        "cursor_priorities": bigint_array(c[2] for c in cursors),
+        "cursor_run_ats": text_array(c[3].isoformat() for c in cursors),
+        "cursor_ids": bigint_array(c[4] for c in cursors),
         "limit": limit,
         "worker": worker,
         "lease_seconds": lease_seconds,

@@ -169,9 +169,13 @@ def test_a_prepared_claim_with_cursors_reads_indexes_in_order(
     jobs = claim(conn, "q", worker="w", limit=10)
     cursors = [("q", j.tenant or "", j.priority, j.run_at, j.id) for j in jobs]
     cursors.sort(key=lambda c: c[1])
-    params = claim_params("q", worker="w", limit=10, lease_seconds=60.0, cursors=cursors[:3])
+    # The plan the child runs (supervisor.queue.jobs.use_generic_plans), for a pool of a
+    # hundred queues with the busy one last: index reads in order, no sort, no sequential scan.
+    pool = [f"empty-{n}" for n in range(99)] + ["q"]
+    params = claim_params(pool, worker="w", limit=10, lease_seconds=60.0, cursors=cursors[:3])
     generic = _generic_plan(conn, "claim", params)
     assert "Seq Scan" not in generic, generic
     assert "Sort" not in generic, generic
+    assert "rows=10 " in generic.split("Update on jobs")[1], generic
     plan = json.dumps(conn.execute(f"EXPLAIN (FORMAT JSON) {query('claim')}", params).fetchone())
     assert "jobs_claim_tenant" in plan
