@@ -162,19 +162,25 @@ def _reset(conn: psycopg.Connection[Any]) -> None:
     conn.execute("TRUNCATE pgq.jobs")
 
 
-def queues_shape(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict[str, Any]:
+def queues_shape(
+    conn: psycopg.Connection[Any], jobs: int, rounds: int, baseline: str | None = None
+) -> dict[str, Any]:
+    """``baseline``: also the one-statement claim of another sql/queries.sql ("main")."""
     rates: dict[str, list[float]] = {}
+    lanes = ["one_statement", "previous", *(["main"] if baseline else [])]
     for _ in range(rounds):
         for count in (1, 10, 100, 1000):
             pool = ["busy", *(f"idle-{n:04d}" for n in range(count - 1))]
-            for old in (False, True):
+            for lane in lanes:
+                old = lane == "previous"
                 if old and count == 1000:
                     continue  # a thousand statements per claim: minutes for one round
                 n = jobs if not old or count <= 10 else jobs // 20
                 _reset(conn)
                 _fill(conn, [NewJob("k", queue="busy") for _ in range(n)])
-                key = f"{count}:{'previous' if old else 'one_statement'}"
-                rates.setdefault(key, []).append(Drain(conn, pool, old=old).run(10, n))
+                sql = claim_from(baseline) if lane == "main" and baseline else None
+                drain = Drain(conn, pool, old=old, sql=sql)
+                rates.setdefault(f"{count}:{lane}", []).append(drain.run(10, n))
     alone = statistics.median(rates["1:one_statement"])
     return {
         key: {
@@ -330,7 +336,8 @@ def main() -> int:
     parser.add_argument("--quiet", type=int, default=200)
     parser.add_argument("--only", choices=("queues", "tenants", "fairness", "flood"))
     parser.add_argument(
-        "--baseline", help="another sql/queries.sql: its claim is the fairness table's main lane"
+        "--baseline",
+        help="another sql/queries.sql: its claim is the queues' and fairness' main lane",
     )
     args = parser.parse_args()
     figures: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds}
@@ -340,7 +347,7 @@ def main() -> int:
         # be most of what is measured, for every variant alike.
         with psycopg.connect(db, autocommit=True, options="-c synchronous_commit=off") as conn:
             if args.only in (None, "queues"):
-                figures["queues"] = queues_shape(conn, args.jobs, args.rounds)
+                figures["queues"] = queues_shape(conn, args.jobs, args.rounds, args.baseline)
             if args.only in (None, "tenants"):
                 figures["tenants"] = tenants_shape(conn, args.jobs, args.rounds)
             if args.only in (None, "fairness"):
