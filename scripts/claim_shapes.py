@@ -43,7 +43,7 @@ from supervisor import NewJob, enqueue_many, migrate
 from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
-from supervisor.queue.jobs import claim_params, read_claim, use_generic_plans
+from supervisor.queue.jobs import claim_params, read_claim
 from supervisor.queue.queries import parse, query, sql_text
 
 LEASE = 60.0
@@ -78,12 +78,6 @@ class Drain:
         # As a child with the default poll interval (supervisor/child/cursors.py).
         self.cursors = ClaimCursors(1.0)
         self.statements = 0
-        # Planned as each release's child plans it: this one once (use_generic_plans), the
-        # earlier ones at every run.
-        if old or sql is not None:
-            conn.execute("RESET plan_cache_mode")
-        else:
-            use_generic_plans(conn)
 
     def claim(self, limit: int, done: Sequence[Job]) -> list[Job]:
         now = time.monotonic()
@@ -101,11 +95,12 @@ class Drain:
             resume=resume,
             cursors=cursors,
         )
+        started = time.perf_counter()
         jobs = read_claim(self.conn.execute(self.sql or query("claim"), params)).jobs
         self.statements += 1
         self.queues.observe(order, jobs, limit, now)
         if self.sql is None:
-            self.cursors.observe(jobs, now)
+            self.cursors.observe(jobs, now, time.perf_counter() - started)
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         return jobs

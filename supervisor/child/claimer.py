@@ -96,10 +96,11 @@ class Claimer:
             session.error(f"claim from queues {queues} failed: {exc}")
             self.process.sleep(1.0)
             return []
-        self.board.observe_claim(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.board.observe_claim(took)
         self.board.count(Counter.CLAIMS)
         self.queues.observe(order, jobs, limit, now, charge=hint is None)
-        self.cursors.observe(jobs, now)
+        self.cursors.observe(jobs, now, took)
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         if not jobs:

@@ -11,11 +11,14 @@ So the child remembers, per (queue, tenant), the key (priority, run_at, id) of t
 claimed, and its next claim there starts past it (sql/queries.sql, claim: the walk's cursor
 probe). What it skips is what it and its siblings consumed, plus any job that became available
 later with a key below the cursor: a producer's transaction that committed late, a scheduled
-job staged at its run_at, a rescued or released job, a higher priority. For those, every
-``refresh`` seconds (the pool's poll interval, the longest an idle child waits anyway) one claim
-starts from the head of every tenant, and the cursors start again from what it claimed: no job
-waits longer than that because of a cursor. That claim walks the dead prefix once; the claims
-between walk only the entries that siblings consumed since this child's last claim.
+job staged at its run_at, a rescued or released job, a higher priority. For those, a claim
+from the head of every tenant comes again at most ``refresh`` seconds (the pool's poll
+interval, the longest an idle child waits anyway) after the last, and the cursors start again
+from what it claimed: no job waits longer than that because of a cursor. How soon it comes
+depends on what the last one cost: HEAD_EVERY times its duration, so on a clean database
+(where it costs what any claim costs) a late commit waits a few claims, and while a horizon is
+held (where it walks the whole dead prefix) it takes at most 1/HEAD_EVERY of the child's time.
+The claims between walk only the entries that siblings consumed since this child's last one.
 
 The state lives in the child's memory, not in a database row: a row updated per claim would
 grow its own unprunable version chain while the horizon is held, the very cost avoided here.
@@ -35,6 +38,9 @@ PER_QUEUE = 64
 # At most this many cursors sent with one claim, the queues tried first first: each of the walk's
 # steps reads the list.
 PER_CLAIM = 256
+# The next claim from the head is due this many times the last one's duration after it (at
+# most the refresh): it spends at most a twentieth of the child's claiming time.
+HEAD_EVERY = 20.0
 
 
 class ClaimCursors:
@@ -59,12 +65,13 @@ class ClaimCursors:
                 return out[:PER_CLAIM]
         return out
 
-    def observe(self, jobs: Iterable[Job], now: float) -> None:
-        """After a claim that the last ``for_claim`` prepared: each tenant's cursor moves to
-        the last job claimed there (the claim takes a tenant's jobs in key order)."""
+    def observe(self, jobs: Iterable[Job], now: float, took: float = 0.0) -> None:
+        """After a claim that the last ``for_claim`` prepared (started at ``now``, ``took``
+        seconds): each tenant's cursor moves to the last job claimed there (the claim takes a
+        tenant's jobs in key order)."""
         if self._full:
             self._at.clear()
-            self._full_due = now + self.refresh
+            self._full_due = now + min(self.refresh, HEAD_EVERY * took)
             self._full = False
         for job in jobs:
             tenants = self._at.setdefault(job.queue, OrderedDict())
@@ -83,8 +90,3 @@ class ClaimCursors:
         if not any(self._at.values()):
             return None
         return max(0.0, self._full_due - now)
-
-    def forget(self) -> None:
-        """Start from the head at the next claim (after a reconnect, a resumed queue, ...)."""
-        self._at.clear()
-        self._full_due = 0.0

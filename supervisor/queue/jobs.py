@@ -68,19 +68,6 @@ def _own_transaction(conn: psycopg.Connection[Any], what: str) -> None:
         )
 
 
-def use_generic_plans(conn: psycopg.Connection[Any]) -> None:
-    """Plan the statements psycopg prepares on this connection once, not at every run.
-
-    PostgreSQL plans a prepared statement afresh at each run while its generic plan's estimate
-    looks dearer than the custom plans', and the claim's always does (LIMIT and the pool's
-    unnest are guesses without the values): planning it took 1.2 ms of a 1.6 ms claim at batch
-    1. Its generic plan is the same shape (tests/integration/test_claims.py checks that it
-    reads the claimed rows by key, test_claim_cursors.py that it reads the claim index in
-    order), as are those of the child's other repeated statements (settle, renew_leases, by
-    primary key). A connection through a transaction-mode pooler prepares nothing: no effect."""
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-
-
 def bigint_array(values: Iterable[int]) -> str:
     """An array of integers as PostgreSQL's array literal, for a parameter the statement casts
     to bigint[]. Sent as text: psycopg would otherwise inspect the list's elements to choose an

@@ -38,7 +38,9 @@ class Child:
             resume=resume,
             cursors=self.cursors.for_claim(["q"], self.now),
         )
-        self.cursors.observe(jobs, self.now)
+        # As if each claim from the head were dear (a held horizon): the next comes only at
+        # the refresh, so the claims between start past the cursors.
+        self.cursors.observe(jobs, self.now, took=self.cursors.refresh)
         self.tenants.advance("q", resume[0], jobs)
         complete(self.conn, jobs)
         return jobs
@@ -169,8 +171,8 @@ def test_a_prepared_claim_with_cursors_reads_indexes_in_order(
     jobs = claim(conn, "q", worker="w", limit=10)
     cursors = [("q", j.tenant or "", j.priority, j.run_at, j.id) for j in jobs]
     cursors.sort(key=lambda c: c[1])
-    # The plan the child runs (supervisor.queue.jobs.use_generic_plans), for a pool of a
-    # hundred queues with the busy one last: index reads in order, no sort, no sequential scan.
+    # The generic plan PostgreSQL may settle on once psycopg prepares the claim, for a pool of
+    # a hundred queues with the busy one last: index reads in order, no sort, no sequential scan.
     pool = [f"empty-{n}" for n in range(99)] + ["q"]
     params = claim_params(pool, worker="w", limit=10, lease_seconds=60.0, cursors=cursors[:3])
     generic = _generic_plan(conn, "claim", params)

@@ -58,7 +58,7 @@ class Child:
             cursors=self.cursors.for_claim(order, now),
         )
         self.queues.observe(order, jobs, limit, now)
-        self.cursors.observe(jobs, now)
+        self.cursors.observe(jobs, now, took=3600.0)  # every later claim past the cursors
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         complete(self.conn, jobs)
