@@ -34,7 +34,7 @@ class Claimer:
             {q: w for q, w in self.spec.config.tenants.items() if q in self.spec.pool.queues}
         )
         # Where each tenant's next claim starts (past this child's last job there), with a claim
-        # from the head every poll interval for jobs that arrived below a cursor.
+        # from the head at most a poll interval apart for jobs that arrived below a cursor.
         self.cursors = ClaimCursors(self.spec.pool.poll_interval)
         # Which queue the master's wake-up named, tried first at the next claim.
         self.hint: str | None = None

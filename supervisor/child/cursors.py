@@ -17,7 +17,8 @@ interval, the longest an idle child waits anyway) after the last, and the cursor
 from what it claimed: no job waits longer than that because of a cursor. How soon it comes
 depends on what the last one cost: HEAD_EVERY times its duration, so on a clean database
 (where it costs what any claim costs) a late commit waits a few claims, and while a horizon is
-held (where it walks the whole dead prefix) it takes at most 1/HEAD_EVERY of the child's time.
+held (where it walks the whole dead prefix) it takes 1/HEAD_EVERY of the child's time, more once
+one walk costs more than refresh/HEAD_EVERY (the refresh bounds the wait).
 The claims between walk only the entries that siblings consumed since this child's last one.
 
 The state lives in the child's memory, not in a database row: a row updated per claim would
@@ -39,7 +40,7 @@ PER_QUEUE = 64
 # steps reads the list.
 PER_CLAIM = 256
 # The next claim from the head is due this many times the last one's duration after it (at
-# most the refresh): it spends at most a twentieth of the child's claiming time.
+# most the refresh): a twentieth of the child's time, until one costs over refresh / 20.
 HEAD_EVERY = 20.0
 
 
