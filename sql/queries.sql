@@ -148,7 +148,14 @@ SELECT pg_notify('pgq_scheduled', '');
 --          the YAML's `tenants:` in %(tenant_*)s, 1 when not listed); a second pass takes more
 --          from each only when the first left the batch short, so no due job waits idle.
 --   pick   per tenant, its best due jobs (priority DESC, run_at, id: the index order after the
---          tenant, so no sort), locked with SKIP LOCKED.
+--          tenant, so no sort), locked with SKIP LOCKED, read from the key the walk's probe
+--          found: the entries before it (consumed jobs a held xmin horizon keeps in the index)
+--          are not read twice.
+-- %(cursor_*)s: per (queue, tenant), the key of the last job this child claimed there
+-- (supervisor/child/cursors.py), in tenant order; the walk probes such a tenant past its cursor,
+-- so a claim does not read again what was consumed before it, however long a snapshot holds
+-- the horizon. Empty arrays: every tenant from its head (the child's claim from the head, at
+-- most a poll interval apart, which finds the jobs that arrived below a cursor).
 -- Rows flow through the nested loops in that order and the statement stops at %(limit)s jobs,
 -- so a queue is only reached when the ones before it could not fill the batch: the child puts
 -- queues it found empty last (supervisor/child/weights.py), so the cost stays flat in the
