@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
 
 from supervisor import NewJob, enqueue_many, migrate
+from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim_params, read_claim
@@ -49,15 +50,33 @@ LEASE = 60.0
 OLD_CLAIM = parse(sql_text("benchmarks.sql"))["claim_one_queue"]
 
 
-class Drain:
-    """A child's claim loop on one connection: the new claim, or the previous release's."""
+def claim_from(path: str) -> str:
+    """The claim statement of another sql/queries.sql (e.g. `git show main:sql/queries.sql`)."""
+    return parse(Path(path).read_text())["claim"]
 
-    def __init__(self, conn: psycopg.Connection[Any], pool: Sequence[str], *, old: bool) -> None:
+
+class Drain:
+    """A child's claim loop on one connection: the new claim, or the previous release's.
+
+    ``sql``: another text of the one-statement claim (an earlier sql/queries.sql's, read with
+    ``claim_from``), run the way that release's child ran it (no cursors)."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        pool: Sequence[str],
+        *,
+        old: bool,
+        sql: str | None = None,
+    ) -> None:
         self.conn = conn
         self.pool = list(pool)
         self.old = old
+        self.sql = sql
         self.queues = WeightedQueues(dict.fromkeys(pool, 1))
         self.tenants = TenantRotation()
+        # As a child with the default poll interval (supervisor/child/cursors.py).
+        self.cursors = ClaimCursors(1.0)
         self.statements = 0
 
     def claim(self, limit: int, done: Sequence[Job]) -> list[Job]:
@@ -66,12 +85,22 @@ class Drain:
             return self._claim_old(limit, done)
         order = self.queues.order(now)
         resume = [self.tenants.resume(q) for q in order]
+        cursors = self.cursors.for_claim(order, now) if self.sql is None else []
         params = claim_params(
-            order, worker="bench", limit=limit, lease_seconds=LEASE, done=done, resume=resume
+            order,
+            worker="bench",
+            limit=limit,
+            lease_seconds=LEASE,
+            done=done,
+            resume=resume,
+            cursors=cursors,
         )
-        jobs = read_claim(self.conn.execute(query("claim"), params)).jobs
+        started = time.perf_counter()
+        jobs = read_claim(self.conn.execute(self.sql or query("claim"), params)).jobs
         self.statements += 1
         self.queues.observe(order, jobs, limit, now)
+        if self.sql is None:
+            self.cursors.observe(jobs, now, time.perf_counter() - started)
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         return jobs
@@ -128,19 +157,25 @@ def _reset(conn: psycopg.Connection[Any]) -> None:
     conn.execute("TRUNCATE pgq.jobs")
 
 
-def queues_shape(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict[str, Any]:
+def queues_shape(
+    conn: psycopg.Connection[Any], jobs: int, rounds: int, baseline: str | None = None
+) -> dict[str, Any]:
+    """``baseline``: also the one-statement claim of another sql/queries.sql ("main")."""
     rates: dict[str, list[float]] = {}
+    lanes = ["one_statement", "previous", *(["main"] if baseline else [])]
     for _ in range(rounds):
         for count in (1, 10, 100, 1000):
             pool = ["busy", *(f"idle-{n:04d}" for n in range(count - 1))]
-            for old in (False, True):
+            for lane in lanes:
+                old = lane == "previous"
                 if old and count == 1000:
                     continue  # a thousand statements per claim: minutes for one round
                 n = jobs if not old or count <= 10 else jobs // 20
                 _reset(conn)
                 _fill(conn, [NewJob("k", queue="busy") for _ in range(n)])
-                key = f"{count}:{'previous' if old else 'one_statement'}"
-                rates.setdefault(key, []).append(Drain(conn, pool, old=old).run(10, n))
+                sql = claim_from(baseline) if lane == "main" and baseline else None
+                drain = Drain(conn, pool, old=old, sql=sql)
+                rates.setdefault(f"{count}:{lane}", []).append(drain.run(10, n))
     alone = statistics.median(rates["1:one_statement"])
     return {
         key: {
@@ -168,22 +203,36 @@ def tenants_shape(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict
     }
 
 
-def fairness_cost(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict[str, Any]:
+def fairness_cost(
+    conn: psycopg.Connection[Any], jobs: int, rounds: int, baseline: str | None = None
+) -> dict[str, Any]:
+    """``baseline``: also the claim of another sql/queries.sql ("main"), fairness on."""
     out: dict[str, Any] = {}
+    names = ["off", "on", *(["main"] if baseline else [])]
     for batch in (1, 10, 100):
         n = jobs // 4 if batch == 1 else jobs
-        rates: dict[str, list[float]] = {"on": [], "off": []}
+        rates: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(rounds):
-            for name in ("off", "on"):
+            for name in names:
                 _reset(conn)
                 _fill(conn, [NewJob("k", queue="q") for _ in range(n)])
-                rates[name].append(Drain(conn, ["q"], old=name == "off").run(batch, n))
+                drain = Drain(
+                    conn,
+                    ["q"],
+                    old=name == "off",
+                    sql=claim_from(baseline) if name == "main" and baseline else None,
+                )
+                rates[name].append(drain.run(batch, n))
         on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
         out[str(batch)] = {
             "on_jobs_per_s": round(on),
             "off_jobs_per_s": round(off),
             "cost_ratio": round(off / on, 3),  # claim cost on / off
         }
+        if baseline:
+            main = statistics.median(rates["main"])
+            out[str(batch)]["main_jobs_per_s"] = round(main)
+            out[str(batch)]["main_cost_ratio"] = round(off / main, 3)
     return out
 
 
@@ -281,6 +330,10 @@ def main() -> int:
     parser.add_argument("--flood", type=int, default=30_000)
     parser.add_argument("--quiet", type=int, default=200)
     parser.add_argument("--only", choices=("queues", "tenants", "fairness", "flood"))
+    parser.add_argument(
+        "--baseline",
+        help="another sql/queries.sql: its claim is the queues' and fairness' main lane",
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds}
     with fresh_database(args.dsn, "claim_shapes") as db:
@@ -289,11 +342,11 @@ def main() -> int:
         # be most of what is measured, for every variant alike.
         with psycopg.connect(db, autocommit=True, options="-c synchronous_commit=off") as conn:
             if args.only in (None, "queues"):
-                figures["queues"] = queues_shape(conn, args.jobs, args.rounds)
+                figures["queues"] = queues_shape(conn, args.jobs, args.rounds, args.baseline)
             if args.only in (None, "tenants"):
                 figures["tenants"] = tenants_shape(conn, args.jobs, args.rounds)
             if args.only in (None, "fairness"):
-                figures["fairness"] = fairness_cost(conn, args.jobs, args.rounds)
+                figures["fairness"] = fairness_cost(conn, args.jobs, args.rounds, args.baseline)
         if args.only in (None, "flood"):
             figures["flood"] = flood_shape(db, args.flood, args.quiet, args.rounds)
     for section, table in figures.items():

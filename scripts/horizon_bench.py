@@ -9,6 +9,13 @@ head of the claim index that VACUUM may not remove while the snapshot is open, s
 walks all of them: this shows how much that costs.
 
     .venv/bin/python scripts/horizon_bench.py [--rate 1000] [--hold 60] [--claim current|previous]
+    git show main:sql/queries.sql > /tmp/main.sql
+    .venv/bin/python scripts/horizon_bench.py --lanes current,main --baseline /tmp/main.sql
+
+--lanes runs several claims one after the other, each on a fresh database (current: this
+tree's claim as a child runs it, cursors included; main: the claim statement of --baseline, run
+as that release's child ran it; previous: the claim before tenants, sql/benchmarks.sql), --rounds
+times in alternation, and ends with one JSON line of the summaries side by side.
 
 Prints one line per second (offered, completed, backlog, claim p50 and p99) and one JSON line
 with the per-second series and the summary: completions during the hold against the rate.
@@ -29,7 +36,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
-from claim_shapes import Drain
+from claim_shapes import Drain, claim_from
 
 from supervisor import NewJob, enqueue_many, migrate
 from supervisor.queue.job import Job
@@ -66,9 +73,11 @@ def produce(dsn: str, rate: int, meter: Meter, stop: threading.Event) -> None:
             time.sleep(max(0.0, next_at - time.perf_counter()))
 
 
-def consume(dsn: str, batch: int, old: bool, meter: Meter, stop: threading.Event) -> None:
+def consume(
+    dsn: str, batch: int, old: bool, sql: str | None, meter: Meter, stop: threading.Event
+) -> None:
     with psycopg.connect(dsn, autocommit=True, options="-c synchronous_commit=off") as conn:
-        drain = Drain(conn, ["q"], old=old)
+        drain = Drain(conn, ["q"], old=old, sql=sql)
         done: list[Job] = []
         while not stop.is_set():
             started = time.perf_counter()
@@ -106,9 +115,26 @@ def main() -> int:
     parser.add_argument("--warm", type=float, default=10.0)
     parser.add_argument("--hold", type=float, default=60.0)
     parser.add_argument("--after", type=float, default=10.0)
-    parser.add_argument("--claim", choices=("current", "previous"), default="current")
+    parser.add_argument("--claim", choices=("current", "main", "previous"), default="current")
+    parser.add_argument("--lanes", help="comma-separated claims, run in alternation")
+    parser.add_argument("--baseline", help="a sql/queries.sql whose claim is the 'main' lane")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
+    lanes = args.lanes.split(",") if args.lanes else [args.claim]
+    summaries: dict[str, list[dict[str, object]]] = {}
+    for _ in range(args.rounds):
+        for lane in lanes:
+            summaries.setdefault(lane, []).append(run_lane(args, lane))
+    if len(lanes) > 1 or args.rounds > 1:
+        print(json.dumps({"side_by_side": summaries}))
+    return 0
+
+
+def run_lane(args: argparse.Namespace, lane: str) -> dict[str, object]:
     total = args.warm + args.hold + args.after
+    sql = claim_from(args.baseline) if lane == "main" else None
+    if lane == "main" and not args.baseline:
+        raise SystemExit("--baseline FILE is needed for the main lane")
     with fresh_database(args.dsn, "horizon") as db:
         migrate(db)
         meter = Meter()
@@ -118,7 +144,8 @@ def main() -> int:
             threading.Thread(target=hold_horizon, args=(db, args.warm, args.hold, stop)),
             *(
                 threading.Thread(
-                    target=consume, args=(db, args.batch, args.claim == "previous", meter, stop)
+                    target=consume,
+                    args=(db, args.batch, lane == "previous", sql, meter, stop),
                 )
                 for _ in range(args.consumers)
             ),
@@ -145,17 +172,20 @@ def main() -> int:
             "backlog": backlog,
             "claim_p50_ms": round(1000 * statistics.median(lat), 3),
             "claim_p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 3),
+            # The slowest: with cursors, the claim from the head (once a second per consumer).
+            "claim_max_ms": round(1000 * lat[-1], 3),
         }
         series.append(row)
         print(
-            f"{s:4d}s {'held' if row['held'] else '    '} offered {offered:6d} completed "
-            f"{completed:6d} backlog {backlog:8d} claim p50 {row['claim_p50_ms']:7.3f} ms "
-            f"p99 {row['claim_p99_ms']:7.3f} ms"
+            f"{lane:8} {s:4d}s {'held' if row['held'] else '    '} offered {offered:6d} "
+            f"completed {completed:6d} backlog {backlog:8d} claim p50 "
+            f"{row['claim_p50_ms']:7.3f} ms p99 {row['claim_p99_ms']:7.3f} ms "
+            f"max {row['claim_max_ms']:7.3f} ms"
         )
     held = [r for r in series if r["held"]]
     clean = [r for r in series if r["second"] < args.warm and r["second"] >= 2]
     summary = {
-        "claim": args.claim,
+        "claim": lane,
         "rate": args.rate,
         "hold_s": args.hold,
         "completed_per_s_clean": round(statistics.fmean(r["completed"] for r in clean)),
@@ -167,9 +197,21 @@ def main() -> int:
         "max_backlog": max(r["backlog"] for r in series),
         "claim_p50_ms_clean": statistics.median(r["claim_p50_ms"] for r in clean),
         "claim_p50_ms_end_of_hold": held[-1]["claim_p50_ms"] if held else None,
+        "claim_p99_ms_end_of_hold": held[-1]["claim_p99_ms"] if held else None,
+        "claim_max_ms_end_of_hold": held[-1]["claim_max_ms"] if held else None,
+        "claim_p50_ms_by_hold_s": {
+            str(at): held[at - 1]["claim_p50_ms"]
+            for at in (1, 30, 60, 120, 180, 240, 300)
+            if at <= len(held)
+        },
+        "claim_max_ms_by_hold_s": {
+            str(at): held[at - 1]["claim_max_ms"]
+            for at in (1, 30, 60, 120, 180, 240, 300)
+            if at <= len(held)
+        },
     }
     print(json.dumps({"summary": summary, "series": series}))
-    return 0
+    return summary
 
 
 if __name__ == "__main__":

@@ -148,7 +148,14 @@ SELECT pg_notify('pgq_scheduled', '');
 --          the YAML's `tenants:` in %(tenant_*)s, 1 when not listed); a second pass takes more
 --          from each only when the first left the batch short, so no due job waits idle.
 --   pick   per tenant, its best due jobs (priority DESC, run_at, id: the index order after the
---          tenant, so no sort), locked with SKIP LOCKED.
+--          tenant, so no sort), locked with SKIP LOCKED, read from the key the walk's probe
+--          found: the entries before it (consumed jobs a held xmin horizon keeps in the index)
+--          are not read twice.
+-- %(cursor_*)s: per (queue, tenant), the key of the last job this child claimed there
+-- (supervisor/child/cursors.py), in tenant order; the walk probes such a tenant past its cursor,
+-- so a claim does not read again what was consumed before it, however long a snapshot holds
+-- the horizon. Empty arrays: every tenant from its head (the child's claim from the head, at
+-- most a poll interval apart, which finds the jobs that arrived below a cursor).
 -- Rows flow through the nested loops in that order and the statement stops at %(limit)s jobs,
 -- so a queue is only reached when the ones before it could not fill the batch: the child puts
 -- queues it found empty last (supervisor/child/weights.py), so the cost stays flat in the
@@ -225,83 +232,114 @@ next AS (
     -- reordered them), so the pause check is the walk's first condition.
     FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS pool(queue, resume)
     CROSS JOIN LATERAL (
-        WITH RECURSIVE walk (tenant, lap, step, room, found, per_tenant) AS (
-            -- The first tenant at or after the resume point, else (lap 1) the first of all.
-            -- room: how many jobs the tenant may start now under the queue's per-tenant limits
-            -- (pgq.tenant_room, 0013; the batch when the queue has none); found counts the
-            -- tenants with room, so a tenant at its limit is stepped over, not counted.
-            SELECT f.tenant, f.lap, 1, r.room, (r.room > 0)::integer, lim.per_tenant
-            FROM ((SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, 0 AS lap
-                   FROM pgq.jobs AS j
-                   WHERE j.state = 'available'
-                     AND j.queue = pool.queue
-                     AND coalesce(j.tenant, '') COLLATE "C" >= pool.resume
-                   ORDER BY 1
-                   LIMIT 1)
-                  UNION ALL
-                  (SELECT coalesce(j.tenant, '') COLLATE "C", 1
-                   FROM pgq.jobs AS j
-                   WHERE j.state = 'available'
-                     AND j.queue = pool.queue
-                   ORDER BY 1
-                   LIMIT 1)
-                  LIMIT 1) AS f
+        WITH RECURSIVE walk (pos, lap, step, tenant, kp, kr, ki, room, found, per_tenant) AS (
+            -- Where the walk starts: the resume point, nothing visited yet (room 0).
+            SELECT pool.resume COLLATE "C", 0, 0, NULL::text COLLATE "C", NULL::integer,
+                   NULL::timestamptz, NULL::bigint, 0, 0, lim.per_tenant
             -- The queue's allowance (none: no limits), read by scalar subqueries here rather
             -- than joined to pool, for the same reason as the pause check.
-            CROSS JOIN LATERAL (
+            FROM (
                 SELECT (SELECT a.allowed FROM allowance AS a WHERE a.queue = pool.queue)
                            AS allowed,
                        coalesce((SELECT a.per_tenant FROM allowance AS a
                                  WHERE a.queue = pool.queue), false) AS per_tenant
             ) AS lim
-            CROSS JOIN LATERAL (
-                SELECT CASE WHEN lim.per_tenant
-                            THEN pgq.tenant_room(pool.queue, f.tenant, %(limit)s,
-                                                 %(done_ids)s::bigint[],
-                                                 %(done_lease_ids)s::bigint[])
-                            ELSE %(limit)s END AS room
-            ) AS r
             WHERE NOT EXISTS (SELECT 1 FROM pgq.queue_pauses AS qp WHERE qp.queue = pool.queue)
               -- A queue at its queue-wide limit is skipped whole: no tenant, no probe of its jobs.
               AND lim.allowed IS DISTINCT FROM 0
             UNION ALL
-            -- The next tenant after it; past the last, wrap to the first (once); stop before
-            -- the resume point again, or at %(limit)s tenants with room.
-            SELECT s.tenant, s.lap, w.step + 1, r.room, w.found + (r.room > 0)::integer,
-                   w.per_tenant
+            -- One step: the next tenant at or after pos with a job to visit (tenant set), or a
+            -- step over a cursor's tenant that has none past its cursor, or (lap 0 found
+            -- nothing more) the wrap to the first key. room: how many jobs the tenant may start
+            -- now under the queue's per-tenant limits (pgq.tenant_room, 0013; the batch when
+            -- the queue has none; 0 for a step that visits no one); found counts the tenants
+            -- with room, so a tenant at its limit is stepped over, not counted.
+            SELECT s.pos, s.lap, w.step + 1, s.tenant, s.kp, s.kr, s.ki, r.room,
+                   w.found + (r.room > 0)::integer, w.per_tenant
             FROM walk AS w
+            -- The child's cursor nearest ahead (the cursor's tenant, the key of the last job the
+            -- child claimed there): in lap 1 only those before the resume point. The child sends
+            -- them in tenant order (supervisor/child/cursors.py), so the first that qualifies is
+            -- the nearest, with no sort.
+            LEFT JOIN LATERAL (
+                SELECT c.tenant COLLATE "C" AS tenant, c.priority, c.run_at, c.id
+                FROM unnest(%(cursor_queues)s::text[], %(cursor_tenants)s::text[],
+                            %(cursor_priorities)s::integer[], %(cursor_run_ats)s::timestamptz[],
+                            %(cursor_ids)s::bigint[]) AS c(queue, tenant, priority, run_at, id)
+                WHERE c.queue = pool.queue
+                  AND c.tenant COLLATE "C" >= w.pos
+                  AND (w.lap = 0 OR c.tenant COLLATE "C" < pool.resume)
+                LIMIT 1
+            ) AS k ON true
             CROSS JOIN LATERAL (
-                (SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant, w.lap AS lap
+                -- Where this step's search for a tenant without a cursor ends: that cursor's
+                -- tenant, else the lap's end (the resume point in lap 1; past every key in lap
+                -- 0, as no tenant is longer than 200 characters: 0010's check).
+                SELECT coalesce(least(k.tenant, CASE WHEN w.lap = 1 THEN pool.resume END),
+                                repeat(chr(1114111), 201)) COLLATE "C" AS hi
+            ) AS h
+            CROSS JOIN LATERAL (
+                -- A tenant without a cursor, before that end: probed from its first entry,
+                -- which gives the key its pick starts at.
+                (SELECT coalesce(j.tenant, '') COLLATE "C" AS tenant,
+                        coalesce(j.tenant, '') || E'\x01' AS pos, w.lap AS lap,
+                        j.priority::integer AS kp, j.run_at AS kr, j.id AS ki
                  FROM pgq.jobs AS j
                  WHERE j.state = 'available'
                    AND j.queue = pool.queue
-                   AND coalesce(j.tenant, '') COLLATE "C" > w.tenant
-                 ORDER BY 1
+                   AND coalesce(j.tenant, '') COLLATE "C" >= w.pos
+                   AND coalesce(j.tenant, '') COLLATE "C" < h.hi
+                 ORDER BY coalesce(j.tenant, '') COLLATE "C", j.priority DESC, j.run_at, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT coalesce(j.tenant, '') COLLATE "C", 1
-                 FROM pgq.jobs AS j
-                 WHERE w.lap = 0
-                   AND j.state = 'available'
-                   AND j.queue = pool.queue
-                 ORDER BY 1
-                 LIMIT 1)
+                -- The cursor's tenant: its first entry past the cursor (the same priority
+                -- later, then lower priorities), never the consumed prefix before it.
+                (SELECT k.tenant, k.tenant || E'\x01', w.lap, c.kp, c.kr, c.ki
+                 FROM ((SELECT j.priority::integer AS kp, j.run_at AS kr, j.id AS ki
+                        FROM pgq.jobs AS j
+                        WHERE k.tenant IS NOT NULL
+                          AND j.state = 'available'
+                          AND j.queue = pool.queue
+                          AND coalesce(j.tenant, '') COLLATE "C" = k.tenant
+                          AND j.priority = k.priority
+                          AND (j.run_at, j.id) > (k.run_at, k.id)
+                        ORDER BY j.run_at, j.id
+                        LIMIT 1)
+                       UNION ALL
+                       (SELECT j.priority, j.run_at, j.id
+                        FROM pgq.jobs AS j
+                        WHERE k.tenant IS NOT NULL
+                          AND j.state = 'available'
+                          AND j.queue = pool.queue
+                          AND coalesce(j.tenant, '') COLLATE "C" = k.tenant
+                          AND j.priority < k.priority
+                        ORDER BY j.priority DESC, j.run_at, j.id
+                        LIMIT 1)
+                       LIMIT 1) AS c)
+                UNION ALL
+                -- Nothing past the cursor: step over its tenant.
+                (SELECT NULL, k.tenant || E'\x01', w.lap, NULL, NULL, NULL
+                 WHERE k.tenant IS NOT NULL)
+                UNION ALL
+                -- Lap 0 found nothing more: wrap to the first key (lap 1, up to the resume point).
+                (SELECT NULL, '', 1, NULL, NULL, NULL
+                 WHERE w.lap = 0 AND pool.resume <> '')
                 LIMIT 1
             ) AS s
             CROSS JOIN LATERAL (
-                SELECT CASE WHEN w.per_tenant
+                SELECT CASE WHEN s.tenant IS NULL THEN 0
+                            WHEN w.per_tenant
                             THEN pgq.tenant_room(pool.queue, s.tenant, %(limit)s,
                                                  %(done_ids)s::bigint[],
                                                  %(done_lease_ids)s::bigint[])
                             ELSE %(limit)s END AS room
             ) AS r
             WHERE w.found < %(limit)s
-              AND (s.lap = 0 OR s.tenant < pool.resume)
         ),
         quota AS (
             -- A tenant without room takes no share (and no job: its LIMITs are 0). Not a WHERE:
             -- a filter here changes the row estimates, and with them the pool's plan.
-            SELECT w.step, w.tenant, w.room,
+            SELECT w.step, w.tenant, w.room, w.kp, w.kr, w.ki,
                    least(w.room,
                          ceil(%(limit)s * coalesce(tw.weight, 1)::float8
                               / sum(coalesce(tw.weight, 1)) FILTER (WHERE w.room > 0) OVER ())
@@ -314,33 +352,65 @@ next AS (
         )
         -- Pass 1: each tenant its share. Pass 2, only when pass 1 left the batch short (some
         -- tenants had fewer jobs than their share): more from each, past what pass 1 took.
+        -- Each starts at the key the walk found (kp, kr, ki): the rest of that priority, then
+        -- the lower ones, so no pick walks again what the walk's probe walked.
         SELECT p.id
         FROM quota AS v
         CROSS JOIN LATERAL (
-            SELECT j.id
-            FROM pgq.jobs AS j
-            WHERE j.state = 'available'
-              AND j.queue = pool.queue
-              AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
-              AND j.run_at <= now()
-            ORDER BY j.priority DESC, j.run_at, j.id
+            SELECT b.id
+            FROM (SELECT * FROM (SELECT j.id
+                                 FROM pgq.jobs AS j
+                                 WHERE j.state = 'available'
+                                   AND j.queue = pool.queue
+                                   AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
+                                   AND j.priority = v.kp
+                                   AND (j.run_at, j.id) >= (v.kr, v.ki)
+                                   AND j.run_at <= now()
+                                 ORDER BY j.run_at, j.id
+                                 LIMIT v.jobs
+                                 FOR UPDATE SKIP LOCKED) AS same
+                  UNION ALL
+                  SELECT * FROM (SELECT j.id
+                                 FROM pgq.jobs AS j
+                                 WHERE j.state = 'available'
+                                   AND j.queue = pool.queue
+                                   AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
+                                   AND j.priority < v.kp
+                                   AND j.run_at <= now()
+                                 ORDER BY j.priority DESC, j.run_at, j.id
+                                 LIMIT v.jobs
+                                 FOR UPDATE SKIP LOCKED) AS lower) AS b
             LIMIT v.jobs
-            FOR UPDATE SKIP LOCKED
         ) AS p
         UNION ALL
         SELECT p.id
         FROM quota AS v
         CROSS JOIN LATERAL (
-            SELECT j.id
-            FROM pgq.jobs AS j
-            WHERE j.state = 'available'
-              AND j.queue = pool.queue
-              AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
-              AND j.run_at <= now()
-            ORDER BY j.priority DESC, j.run_at, j.id
+            SELECT b.id
+            FROM (SELECT * FROM (SELECT j.id
+                                 FROM pgq.jobs AS j
+                                 WHERE j.state = 'available'
+                                   AND j.queue = pool.queue
+                                   AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
+                                   AND j.priority = v.kp
+                                   AND (j.run_at, j.id) >= (v.kr, v.ki)
+                                   AND j.run_at <= now()
+                                 ORDER BY j.run_at, j.id
+                                 LIMIT v.room
+                                 FOR UPDATE SKIP LOCKED) AS same
+                  UNION ALL
+                  SELECT * FROM (SELECT j.id
+                                 FROM pgq.jobs AS j
+                                 WHERE j.state = 'available'
+                                   AND j.queue = pool.queue
+                                   AND coalesce(j.tenant, '') COLLATE "C" = v.tenant
+                                   AND j.priority < v.kp
+                                   AND j.run_at <= now()
+                                 ORDER BY j.priority DESC, j.run_at, j.id
+                                 LIMIT v.room
+                                 FOR UPDATE SKIP LOCKED) AS lower) AS b
             OFFSET v.jobs
             LIMIT v.room - v.jobs
-            FOR UPDATE SKIP LOCKED
         ) AS p
     ) AS pick
     LIMIT %(limit)s

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from supervisor.child.completer import Completer
+from supervisor.child.cursors import ClaimCursors
 from supervisor.child.process import read_all
 from supervisor.child.session import ChildSession
 from supervisor.child.weights import TenantRotation, WeightedQueues
@@ -32,6 +33,9 @@ class Claimer:
         self.tenants = TenantRotation(
             {q: w for q, w in self.spec.config.tenants.items() if q in self.spec.pool.queues}
         )
+        # Where each tenant's next claim starts (past this child's last job there), with a claim
+        # from the head at most a poll interval apart for jobs that arrived below a cursor.
+        self.cursors = ClaimCursors(self.spec.pool.poll_interval)
         # Which queue the master's wake-up named, tried first at the next claim.
         self.hint: str | None = None
         self.woke_from_idle = False
@@ -58,6 +62,7 @@ class Claimer:
         else:
             order = self.queues.order(now)
         resume = [self.tenants.resume(q) for q in order]
+        cursors = self.cursors.for_claim(order, now)
 
         def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
             return jobs_api.send_claim(
@@ -70,6 +75,7 @@ class Claimer:
                 history=config.history.enabled,
                 resume=resume,
                 tenant_weights=self.tenants.weights,
+                cursors=cursors,
             )
 
         self.token_due = None
@@ -90,9 +96,11 @@ class Claimer:
             session.error(f"claim from queues {queues} failed: {exc}")
             self.process.sleep(1.0)
             return []
-        self.board.observe_claim(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.board.observe_claim(took)
         self.board.count(Counter.CLAIMS)
         self.queues.observe(order, jobs, limit, now, charge=hint is None)
+        self.cursors.observe(jobs, now, took)
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         if not jobs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 
 from supervisor.child.claimer import Claimer
 from supervisor.child.completer import Completer
@@ -99,6 +100,9 @@ class Parts:
         timeout = poll_interval * random.uniform(0.5, 1.0)
         if self.claimer.token_due is not None:
             timeout = min(timeout, self.claimer.token_due)
+        refresh = self.claimer.cursors.due_in(time.monotonic())
+        if refresh is not None:
+            timeout = min(timeout, refresh)
         ready = self.process.wait([wake_fd, *extra_fds], timeout)
         for fd in ready:
             if fd != wake_fd:

@@ -67,6 +67,9 @@ class ThreadedLoop:
             wait = pool.poll_interval if free > 0 else 1.0
             if free > 0 and parts.claimer.token_due is not None:
                 wait = min(wait, parts.claimer.token_due)
+            refresh = parts.claimer.cursors.due_in(time.monotonic())
+            if free > 0 and refresh is not None:
+                wait = min(wait, refresh)  # the claim from the head (child/cursors.py)
             if completer and completer.ready():
                 wait = min(wait, 0.02)
             questions.answer()  # asked while this turn claimed or wrote

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, complete, enqueue_many
+from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim
@@ -28,8 +29,9 @@ class CountingCursor(psycopg.Cursor[Any]):
 
 
 class Child:
-    """What a child does around each claim: the weights' order, the tenants' rotation, one
-    claim statement, and what the claim teaches both."""
+    """What a child does around each claim: the weights' order, the tenants' rotation, the
+    cursors (past its last job in each tenant; from the head only at the first claim here), one
+    claim statement, and what the claim teaches all three."""
 
     def __init__(
         self,
@@ -40,6 +42,7 @@ class Child:
         self.conn = conn
         self.queues = WeightedQueues(weights)
         self.tenants = TenantRotation(tenants)
+        self.cursors = ClaimCursors(refresh=3600.0)
 
     def claim(self, limit: int = 1) -> list[Job]:
         now = time.monotonic()
@@ -52,8 +55,10 @@ class Child:
             limit=limit,
             resume=resume,
             tenant_weights=self.tenants.weights,
+            cursors=self.cursors.for_claim(order, now),
         )
         self.queues.observe(order, jobs, limit, now)
+        self.cursors.observe(jobs, now, took=3600.0)  # every later claim past the cursors
         for queue, start in zip(order, resume, strict=True):
             self.tenants.advance(queue, start, jobs)
         complete(self.conn, jobs)

@@ -1,0 +1,93 @@
+"""Where a child's claims start inside each tenant: just past the last job it claimed there.
+
+Every claimed job leaves a dead entry at the head of its tenant's range in the claim index
+(jobs_claim_tenant). VACUUM removes them, and an index scan marks them dead once no snapshot can
+see them; but while any snapshot older than them is open (a report, a pg_dump, a session idle in
+a transaction, a replica with hot_standby_feedback) neither may happen, and a claim that starts
+at the head of the range visits every one of them, each a heap fetch: the claim's cost grows
+with the jobs consumed since the horizon was taken (issue 20, part 3; docs/claim-order.md).
+
+So the child remembers, per (queue, tenant), the key (priority, run_at, id) of the last job it
+claimed, and its next claim there starts past it (sql/queries.sql, claim: the walk's cursor
+probe). What it skips is what it and its siblings consumed, plus any job that became available
+later with a key below the cursor: a producer's transaction that committed late, a scheduled
+job staged at its run_at, a rescued or released job, a higher priority. For those, a claim
+from the head of every tenant comes again at most ``refresh`` seconds (the pool's poll
+interval, the longest an idle child waits anyway) after the last, and the cursors start again
+from what it claimed: no job waits longer than that because of a cursor. How soon it comes
+depends on what the last one cost: HEAD_EVERY times its duration, so on a clean database
+(where it costs what any claim costs) a late commit waits a few claims, and while a horizon is
+held (where it walks the whole dead prefix) it takes 1/HEAD_EVERY of the child's time, more once
+one walk costs more than refresh/HEAD_EVERY (the refresh bounds the wait).
+The claims between walk only the entries that siblings consumed since this child's last one.
+
+The state lives in the child's memory, not in a database row: a row updated per claim would
+grow its own unprunable version chain while the horizon is held, the very cost avoided here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from supervisor.queue.job import Job
+from supervisor.queue.jobs import Cursor
+
+# At most this many tenants remembered per queue (the most recently claimed): a tenant beyond
+# them is probed from its head, as without cursors.
+PER_QUEUE = 64
+# At most this many cursors sent with one claim, the queues tried first first: each of the walk's
+# steps reads the list.
+PER_CLAIM = 256
+# The next claim from the head is due this many times the last one's duration after it (at
+# most the refresh): a twentieth of the child's time, until one costs over refresh / 20.
+HEAD_EVERY = 20.0
+
+
+class ClaimCursors:
+    def __init__(self, refresh: float) -> None:
+        self.refresh = refresh
+        self._at: dict[str, OrderedDict[str, Cursor]] = {}
+        self._full_due = 0.0  # the first claim starts from the head
+        self._full = False
+
+    def for_claim(self, order: Sequence[str], now: float) -> list[Cursor]:
+        """The cursors the next claim (trying ``order``) starts from: none when a claim from the
+        head of every tenant is due (then the cursors start again from what it claims)."""
+        self._full = now >= self._full_due
+        if self._full:
+            return []
+        out: list[Cursor] = []
+        for queue in order:
+            # In tenant order: the claim takes the first one at or after a key as the nearest.
+            # Python's str order is the index's byte order (COLLATE "C") for UTF-8.
+            out.extend(sorted(self._at.get(queue, {}).values(), key=lambda c: c[1]))
+            if len(out) >= PER_CLAIM:
+                return out[:PER_CLAIM]
+        return out
+
+    def observe(self, jobs: Iterable[Job], now: float, took: float = 0.0) -> None:
+        """After a claim that the last ``for_claim`` prepared (started at ``now``, ``took``
+        seconds): each tenant's cursor moves to the last job claimed there (the claim takes a
+        tenant's jobs in key order)."""
+        if self._full:
+            self._at.clear()
+            self._full_due = now + min(self.refresh, HEAD_EVERY * took)
+            self._full = False
+        for job in jobs:
+            tenants = self._at.setdefault(job.queue, OrderedDict())
+            key = job.tenant or ""
+            old = tenants.get(key)
+            if old is None or job.sort_key > (-old[2], old[3], old[4]):
+                tenants[key] = (job.queue, key, job.priority, job.run_at, job.id)
+            tenants.move_to_end(key)
+            if len(tenants) > PER_QUEUE:
+                tenants.popitem(last=False)
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds until the claim from the head is due, while some cursor could be skipping a
+        job (None: no cursor, every claim starts from the head anyway). An idle child waits no
+        longer than this, so that claim is never a poll interval late."""
+        if not any(self._at.values()):
+            return None
+        return max(0.0, self._full_due - now)

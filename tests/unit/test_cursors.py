@@ -1,0 +1,80 @@
+"""Where a child's claims start inside each tenant (supervisor/child/cursors.py): pure logic,
+no database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from supervisor.child.cursors import PER_CLAIM, PER_QUEUE, ClaimCursors
+from supervisor.queue.job import Job
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+def job(id: int, queue: str = "q", tenant: str | None = None, priority: int = 0) -> Job:
+    run_at = T0 + timedelta(seconds=id)
+    return Job(id, queue, "k", {}, priority, run_at, 1, 10, 1, T0, T0, tenant=tenant)
+
+
+def test_the_first_claim_and_every_refresh_start_from_the_head() -> None:
+    cursors = ClaimCursors(refresh=1.0)
+    assert cursors.for_claim(["q"], 0.0) == []
+    cursors.observe([job(1), job(2)], 0.0, took=1.0)
+    assert cursors.for_claim(["q"], 0.5) == [("q", "", 0, job(2).run_at, 2)]
+    cursors.observe([job(3)], 0.5)
+    assert cursors.for_claim(["q"], 1.0) == []  # due: from the head
+    cursors.observe([job(9)], 1.0, took=1.0)  # and the cursors start again from its jobs
+    assert [c[4] for c in cursors.for_claim(["q"], 1.2)] == [9]
+
+
+def test_a_cursor_is_the_last_job_in_claim_order_per_tenant() -> None:
+    cursors = ClaimCursors(refresh=60.0)
+    cursors.for_claim(["q"], 0.0)
+    # Claim order is priority DESC, run_at, id: the last is the lowest priority, latest.
+    cursors.observe([job(5, priority=3), job(7, priority=0), job(6, priority=0)], 0.0, took=1.0)
+    cursors.observe([job(2, tenant="b"), job(1, tenant="a"), job(4, queue="other")], 0.1)
+    assert cursors.for_claim(["q", "other"], 0.2) == [
+        ("q", "", 0, job(7).run_at, 7),
+        ("q", "a", 0, job(1).run_at, 1),  # in tenant order, as the claim reads them
+        ("q", "b", 0, job(2).run_at, 2),
+        ("other", "", 0, job(4).run_at, 4),
+    ]
+    # An older job claimed later (a sibling's leftover) does not move a cursor back.
+    cursors.observe([job(3)], 0.3)
+    assert cursors.for_claim(["q"], 0.4)[0][4] == 7
+
+
+def test_an_idle_child_wakes_for_the_claim_from_the_head_only_with_cursors() -> None:
+    cursors = ClaimCursors(refresh=1.0)
+    assert cursors.due_in(0.0) is None
+    cursors.for_claim(["q"], 0.0)
+    cursors.observe([], 0.0, took=1.0)
+    assert cursors.due_in(0.1) is None  # nothing claimed: nothing to skip
+    cursors.for_claim(["q"], 0.1)
+    cursors.observe([job(1)], 0.1)
+    due = cursors.due_in(0.3)
+    assert due is not None and abs(due - 0.7) < 1e-9  # a refresh after the last head claim
+    assert cursors.due_in(5.0) == 0.0
+
+
+def test_the_claim_from_the_head_comes_sooner_when_it_is_cheap() -> None:
+    cursors = ClaimCursors(refresh=1.0)
+    cursors.for_claim(["q"], 0.0)
+    cursors.observe([job(1)], 0.0, took=0.001)  # a clean database: due 20 ms later
+    assert cursors.for_claim(["q"], 0.01) != []
+    assert cursors.for_claim(["q"], 0.02) == []
+    cursors.observe([job(2)], 0.02, took=0.2)  # the dead prefix walked: at most the refresh
+    assert cursors.due_in(0.02) == 1.0
+
+
+def test_cursors_are_bounded() -> None:
+    cursors = ClaimCursors(refresh=60.0)
+    cursors.for_claim(["q"], 0.0)
+    tenants = [job(n, tenant=f"t{n:04d}") for n in range(PER_QUEUE + 10)]
+    cursors.observe(tenants, 0.0, took=1.0)
+    kept = cursors.for_claim(["q"], 0.1)
+    assert len(kept) == PER_QUEUE
+    assert kept[0][1] == "t0010"  # the least recently claimed went first
+    for n in range(10):
+        cursors.observe([job(n, queue=f"q{n}", tenant=f"t{m}") for m in range(PER_QUEUE)], 0.2)
+    assert len(cursors.for_claim(["q", *(f"q{n}" for n in range(10))], 0.3)) == PER_CLAIM
