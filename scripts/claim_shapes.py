@@ -43,7 +43,7 @@ from supervisor import NewJob, enqueue_many, migrate
 from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
-from supervisor.queue.jobs import claim_params, read_claim
+from supervisor.queue.jobs import claim_params, read_claim, use_generic_plans
 from supervisor.queue.queries import parse, query, sql_text
 
 LEASE = 60.0
@@ -78,6 +78,12 @@ class Drain:
         # As a child with the default poll interval (supervisor/child/cursors.py).
         self.cursors = ClaimCursors(1.0)
         self.statements = 0
+        # Planned as each release's child plans it: this one once (use_generic_plans), the
+        # earlier ones at every run.
+        if old or sql is not None:
+            conn.execute("RESET plan_cache_mode; RESET enable_seqscan")
+        else:
+            use_generic_plans(conn)
 
     def claim(self, limit: int, done: Sequence[Job]) -> list[Job]:
         now = time.monotonic()

@@ -194,10 +194,12 @@ SELECT pg_notify('pgq_scheduled', '');
 -- limit held every job back: the seconds until the next rate token promised to this claim is
 -- due (the child may sleep that long); -1 when a queue-wide concurrency limit is full.
 WITH done AS (
+    -- By primary key, each id's lease looked up beside it: a join with the unnested pairs is
+    -- hashed over the whole table in a generic plan made while the table was small.
     DELETE FROM pgq.jobs AS j
-    USING unnest(%(done_ids)s::bigint[], %(done_lease_ids)s::bigint[]) AS f(id, lease_id)
-    WHERE j.id = f.id
-      AND j.lease_id = f.lease_id
+    WHERE j.id = ANY (%(done_ids)s::bigint[])
+      AND j.lease_id = (%(done_lease_ids)s::bigint[])[
+          array_position(%(done_ids)s::bigint[], j.id)]
     RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors, j.batch_id
 ),
 recorded AS (
@@ -531,7 +533,10 @@ WITH settled AS (
         %(refunds)s::integer[],
         %(errors)s::text[]
     ) AS o(id, lease_id, state, delay, refund, error)
-    WHERE j.id = o.id
+    -- = ANY: the primary key's look-ups even in a generic plan made while the table was
+    -- small (a join alone was hashed over the whole table).
+    WHERE j.id = ANY (%(ids)s::bigint[])
+      AND j.id = o.id
       AND j.lease_id = o.lease_id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
               j.finished_at, j.errors, j.batch_id

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from supervisor.child.process import ChildProcess
+from supervisor.queue import jobs as jobs_api
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect
 from supervisor.queue.loaders import use_fast_json
@@ -69,6 +70,8 @@ class ChildSession:
                     pooled=database.pooled,
                 )
                 use_fast_json(self.conn)  # the claimed jobs' args (queue/loaders.py)
+                if not database.pooled:
+                    jobs_api.use_generic_plans(self.conn)  # the claim's planning, once
                 self._give_back_lost_claims()
                 return True
             except DatabaseError as exc:

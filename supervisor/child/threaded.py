@@ -65,10 +65,10 @@ class ThreadedLoop:
                     parts.board.set_state(State.RUNNING)
                     continue
             wait = pool.poll_interval if free > 0 else 1.0
-            if free > 0 and parts.claimer.token_due is not None:
-                wait = min(wait, parts.claimer.token_due)
             refresh = parts.claimer.cursors.due_in(time.monotonic())
-            if free > 0 and refresh is not None:
+            if free > 0 and parts.claimer.token_due is not None:
+                wait = min(wait, parts.claimer.token_due)  # and not sooner: parts.idle
+            elif free > 0 and refresh is not None:
                 wait = min(wait, refresh)  # the claim from the head (child/cursors.py)
             if completer and completer.ready():
                 wait = min(wait, 0.02)
