@@ -4,6 +4,7 @@ Figures as text, then one JSON line.
 
     python scripts/producers_bench.py [--dsn DSN] [--producers 1,4,16,64] [--seconds 1.5]
                                       [--only listening,consuming,pickup] [--pickup-jobs 100]
+                                      [--repeats 1] [--baseline DIR]
 
 Scenarios, each on a fresh database (dropped afterwards):
 
@@ -17,8 +18,14 @@ Scenarios, each on a fresh database (dropped afterwards):
   handler's first statement (p50/p99), timed by the database clock as in scripts/bench.py.
 
 Ratios are each path's transactions per second over the plain INSERT's in the same scenario and
-producer count, measured back to back. The NOTIFYs column counts what the listening session
-heard during the run (at most one per transaction: NOTIFY deduplicates within one).
+producer count, measured back to back. With ``--repeats N`` (listening), every path runs N times
+in rotation (insert, enqueue, ..., insert, enqueue, ...) and its median counts: on a shared
+machine the load moves between one path's run and the next, and the rotation spreads it over
+all of them. With ``--baseline DIR`` (another revision's tree, for example ``git archive main |
+tar -x -C DIR``), the library paths run a second time as ``<path>@baseline`` with DIR's
+supervisor package, in the same rotation: before and after side by side in one run. The
+NOTIFYs column counts what the listening session heard during the run (at most one per
+transaction: NOTIFY deduplicates within one).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -84,16 +92,18 @@ def ratios(row: dict[str, Any], paths: list[str]) -> None:
     the async INSERT (asyncio's own cost is no part of the enqueue's), the others over the
     sync one."""
     for path in paths:
-        base_path = "insert_async" if path in producers.ASYNC_PATHS else "insert"
+        base_path = "insert_async" if producers.plain(path) in producers.ASYNC_PATHS else "insert"
         base = row.get(base_path, {}).get("tps")
         row[path]["ratio"] = round(row[path]["tps"] / base, 3) if base else None
         row[path]["over"] = base_path
 
 
-def one_run(db: str, path: str, n: int, seconds: float, listener: Listener) -> dict[str, Any]:
+def one_run(
+    db: str, path: str, n: int, seconds: float, listener: Listener, baseline: str = ""
+) -> dict[str, Any]:
     producers.reset(db)
     before = listener.heard
-    tps = producers.run(db, path, n, seconds)
+    tps = producers.run(db, path, n, seconds, baseline=baseline)
     time.sleep(0.3)  # the last commits' NOTIFYs
     return {"tps": tps, "notifies": listener.heard - before}
 
@@ -133,14 +143,23 @@ def listening(args: argparse.Namespace) -> dict[str, Any]:
         listener = Listener(db)
         try:
             for n in args.producers:
+                runs: dict[str, list[dict[str, Any]]] = {path: [] for path in args.all_paths}
+                for _ in range(args.repeats):
+                    for path in args.all_paths:
+                        got = one_run(db, path, n, args.seconds, listener, args.baseline)
+                        runs[path].append(got)
+                        say(
+                            f"  listening {n:>3} producers {path:28s} {got['tps']:>9,.0f} tps "
+                            f"({got['notifies']:,} NOTIFYs)"
+                        )
                 row: dict[str, Any] = {}
-                for path in args.paths:
-                    row[path] = one_run(db, path, n, args.seconds, listener)
-                    say(
-                        f"  listening {n:>3} producers {path:20s} {row[path]['tps']:>9,.0f} tps "
-                        f"({row[path]['notifies']:,} NOTIFYs)"
-                    )
-                ratios(row, args.paths)
+                for path, got in runs.items():
+                    row[path] = {
+                        "tps": statistics.median(r["tps"] for r in got),
+                        "notifies": max(r["notifies"] for r in got),
+                        "runs": [r["tps"] for r in got],
+                    }
+                ratios(row, args.all_paths)
                 results[n] = row
         finally:
             listener.close()
@@ -256,6 +275,10 @@ def main() -> int:
     parser.add_argument("--paths", default=",".join(producers.PATHS))
     parser.add_argument("--only", default=",".join(ONLY))
     parser.add_argument("--pickup-jobs", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=1, help="listening: runs per path, rotated")
+    parser.add_argument(
+        "--baseline", default="", help="another revision's tree: its library paths run beside"
+    )
     args = parser.parse_args()
     args.producers = [int(n) for n in args.producers.split(",")]
     args.paths = [p for p in args.paths.split(",") if p]
@@ -265,11 +288,24 @@ def main() -> int:
     for base in ("insert_async", "insert"):  # the baselines every ratio needs
         if base not in args.paths:
             args.paths.insert(0, base)
+    args.all_paths = list(args.paths)
+    if args.baseline:
+        if not (Path(args.baseline) / "supervisor" / "__init__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: no supervisor package there")
+        args.baseline = str(Path(args.baseline).resolve())
+        args.all_paths += [
+            p + producers.BASELINE for p in args.paths if p in producers.LIBRARY_PATHS
+        ]
     only = set(args.only.split(","))
     if only - set(ONLY):
         parser.error(f"unknown scenarios {sorted(only - set(ONLY))}; choose from {ONLY}")
     log = default_log_dir()
-    report: dict[str, Any] = {"machine": machine(args.dsn), "seconds_per_run": args.seconds}
+    report: dict[str, Any] = {
+        "machine": machine(args.dsn),
+        "seconds_per_run": args.seconds,
+        "repeats": args.repeats,
+        "baseline": args.baseline or None,
+    }
     started = time.monotonic()
     if "pgbench" in only:
         say("pgbench (the statements alone, no wake-up flag raised)")
@@ -305,14 +341,17 @@ def print_tables(report: dict[str, Any], args: argparse.Namespace) -> None:
                 cells.append(f"{r['tps']:>10,.0f} ({r['ratio']:.2f})")
             print(f"  {path:20s}" + "".join(f"{c:>22s}" for c in cells))
     if "listening" in report:
-        print("\nOne job per transaction, tps (ratio to the plain INSERT), a session listening:")
-        print(f"  {'path':20s}" + "".join(f"{f'{n} producers':>22s}" for n in args.producers))
-        for path in args.paths:
+        print(
+            "\nOne job per transaction, tps (ratio to the plain INSERT), a session listening"
+            + (f", median of {args.repeats} rotations:" if args.repeats > 1 else ":")
+        )
+        print(f"  {'path':28s}" + "".join(f"{f'{n} producers':>22s}" for n in args.producers))
+        for path in args.all_paths:
             cells = []
             for n in args.producers:
                 r = report["listening"][n][path]
                 cells.append(f"{r['tps']:>10,.0f} ({r['ratio']:.2f})")
-            print(f"  {path:20s}" + "".join(f"{c:>22s}" for c in cells))
+            print(f"  {path:28s}" + "".join(f"{c:>22s}" for c in cells))
     if "consuming" in report:
         c = report["consuming"]
         print(f"\n16 producers, a supervisor ({c['children']} children) consuming the queue:")

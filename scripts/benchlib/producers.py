@@ -15,7 +15,9 @@ so before and after are measured side by side on one schema.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import multiprocessing as mp
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +27,6 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from supervisor import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
 from supervisor.queue.queries import parse
 
 STATEMENTS = parse((Path(__file__).with_name("producers.sql")).read_text(encoding="utf-8"))
@@ -33,6 +34,28 @@ PROCESSES = 16
 SYNC_PATHS = ("insert", "insert_notify", "before", "enqueue", "enqueue_many", "pgq.enqueue")
 ASYNC_PATHS = ("insert_async", "enqueue_async", "enqueue_many_async")
 PATHS = SYNC_PATHS + ASYNC_PATHS
+# A library path with this suffix runs another tree's supervisor package (--baseline): the
+# producers' processes import it afresh after the fork, so both revisions run in one run.
+BASELINE = "@baseline"
+LIBRARY_PATHS = ("enqueue", "enqueue_many", "enqueue_async", "enqueue_many_async")
+
+
+def plain(path: str) -> str:
+    """The path without its baseline suffix."""
+    return path.removesuffix(BASELINE)
+
+
+def _use_tree(tree: str) -> None:
+    """In a forked producer process: forget this tree's supervisor modules and import tree's."""
+    for name in list(sys.modules):
+        if name == "supervisor" or name.startswith("supervisor."):
+            del sys.modules[name]
+    sys.path.insert(0, tree)
+    lib = importlib.import_module("supervisor")
+    if not str(Path(lib.__file__ or "").resolve()).startswith(str(Path(tree).resolve())):
+        raise RuntimeError(f"{lib.__file__} is not under {tree}")
+
+
 ARGS = {"order": 1234, "customer": "c-42"}
 STATEMENT_OF = {
     "insert": "plain_insert",
@@ -57,13 +80,14 @@ def _params(queue: str) -> dict[str, Any]:
 
 
 def _sync_call(path: str, conn: psycopg.Connection[Any], queue: str) -> Callable[[], object]:
+    lib: Any = importlib.import_module("supervisor")  # this tree's, or the baseline's
     if path in STATEMENT_OF:
         statement, params = STATEMENTS[STATEMENT_OF[path]], _params(queue)
         return lambda: conn.execute(statement, params)
     if path == "enqueue":
-        return lambda: enqueue(conn, "k", ARGS, queue=queue)
+        return lambda: lib.enqueue(conn, "k", ARGS, queue=queue)
     if path == "enqueue_many":
-        return lambda: enqueue_many(conn, [NewJob("k", ARGS, queue=queue)])
+        return lambda: lib.enqueue_many(conn, [lib.NewJob("k", ARGS, queue=queue)])
     raise ValueError(f"unknown path {path!r}")
 
 
@@ -96,6 +120,7 @@ async def _async_producers(
     dsn: str, path: str, queue: str, count: int, start: float, end: float
 ) -> int:
     conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(count)]
+    lib: Any = importlib.import_module("supervisor")  # this tree's, or the baseline's
 
     async def produce(conn: psycopg.AsyncConnection[Any]) -> int:
         statement, params = STATEMENTS["plain_insert"], _params(queue)
@@ -104,9 +129,9 @@ async def _async_producers(
             if path == "insert_async":
                 await conn.execute(statement, params)
             elif path == "enqueue_async":
-                await enqueue_async(conn, "k", ARGS, queue=queue)
+                await lib.enqueue_async(conn, "k", ARGS, queue=queue)
             else:
-                await enqueue_many_async(conn, [NewJob("k", ARGS, queue=queue)])
+                await lib.enqueue_many_async(conn, [lib.NewJob("k", ARGS, queue=queue)])
 
         await call()
         while time.time() < start:
@@ -124,16 +149,27 @@ async def _async_producers(
 
 
 def _process(
-    dsn: str, path: str, queue: str, count: int, start: float, end: float, out: Any
+    dsn: str, path: str, queue: str, count: int, start: float, end: float, out: Any, tree: str
 ) -> None:
+    if path.endswith(BASELINE):
+        _use_tree(tree)
+        path = plain(path)
     if path in ASYNC_PATHS:
         out.put(asyncio.run(_async_producers(dsn, path, queue, count, start, end)))
     else:
         out.put(_sync_producers(dsn, path, queue, count, start, end))
 
 
-def run(dsn: str, path: str, producers: int, seconds: float, queue: str = "default") -> float:
-    """Transactions per second of ``producers`` concurrent one-job transactions on ``path``."""
+def run(
+    dsn: str,
+    path: str,
+    producers: int,
+    seconds: float,
+    queue: str = "default",
+    baseline: str = "",
+) -> float:
+    """Transactions per second of ``producers`` concurrent one-job transactions on ``path``
+    (``enqueue@baseline``: the library of the tree at ``baseline``)."""
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     processes = min(producers, PROCESSES)
@@ -144,7 +180,8 @@ def run(dsn: str, path: str, producers: int, seconds: float, queue: str = "defau
     start = time.time() + 1.0 + 0.02 * producers
     end = start + seconds
     procs = [
-        ctx.Process(target=_process, args=(dsn, path, queue, n, start, end, out)) for n in shares
+        ctx.Process(target=_process, args=(dsn, path, queue, n, start, end, out, baseline))
+        for n in shares
     ]
     for p in procs:
         p.start()

@@ -19,12 +19,13 @@ import unicodedata
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from supervisor.queue import tracecontext as tracing
-from supervisor.queue.queries import query
+from supervisor.queue.queries import positional, query
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 10
@@ -67,18 +68,25 @@ class NewJob:
     tenant: str | None = None
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):
+    """A job checked and ready to send: its fields in the order the ``enqueue`` statement takes
+    its parameters (``_ENQUEUE_ORDER``), so the one-job path sends the row itself as a tuple."""
+
     queue: str
     kind: str
     args: str
     priority: int
-    run_at: datetime | None
-    delay: float
     max_attempts: int
     unique_key: str | None
-    traceparent: str | None = None
-    tenant: str | None = None
+    traceparent: str | None
+    tenant: str | None
+    run_at: datetime | None
+    delay: float
+
+
+# The enqueue statement's parameters in the order they appear in its SQL: _Row's fields, then
+# the wake-up switch. queries.positional checks it against sql/queries.sql.
+_ENQUEUE_ORDER = (*_Row._fields, "notify")
 
 
 def check_name(what: str, value: object, *, printable: bool = True) -> str:
@@ -187,10 +195,6 @@ _GOOD_NAMES: set[str] = set()
 _GOOD_NAMES_LIMIT = 4096
 
 
-def _known_good(value: object) -> bool:
-    return type(value) is str and value in _GOOD_NAMES
-
-
 def _remember(*names: str) -> None:
     if len(_GOOD_NAMES) >= _GOOD_NAMES_LIMIT:
         _GOOD_NAMES.clear()
@@ -198,104 +202,24 @@ def _remember(*names: str) -> None:
 
 
 def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
-    if _known_good(job.kind) and _known_good(job.queue):
-        kind, queue = job.kind, job.queue
-    else:
-        kind = check_name("kind", job.kind)
-        queue = check_name(f"job {kind!r}: queue", job.queue)
-        _remember(kind, queue)
-    priority = _int(f"job {kind!r}: priority", job.priority)
-    low, high = PRIORITY_RANGE
-    if not low <= priority <= high:
-        raise EnqueueError(f"job {kind!r}: priority {priority} is outside {low}..{high}")
-    max_attempts = _int(f"job {kind!r}: max_attempts", job.max_attempts)
-    if max_attempts < 1:
-        raise EnqueueError(f"job {kind!r}: max_attempts must be at least 1, got {max_attempts}")
-    if max_attempts > MAX_ATTEMPTS_LIMIT:
-        raise EnqueueError(
-            f"job {kind!r}: max_attempts must be at most {MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
-        )
-    if job.delay is not None and job.run_at is not None:
-        raise EnqueueError(f"job {kind!r}: give delay or run_at, not both")
-    delay = _seconds(f"job {kind!r}: delay", job.delay)
-    if job.run_at is not None:
-        if not isinstance(job.run_at, datetime):
-            raise EnqueueError(f"job {kind!r}: run_at must be a datetime")
-        if job.run_at.tzinfo is None:
-            raise EnqueueError(
-                f"job {kind!r}: run_at must be timezone-aware; a naive datetime is ambiguous"
-            )
-    unique_key = job.unique_key
-    if unique_key is not None:
-        # Keys are the application's own identifiers, never logged as names: only NUL and
-        # lone surrogates (which cannot be stored) are refused.
-        unique_key = check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
-    tenant = job.tenant
-    if tenant is not None:
-        # Tenants are named in logs, metrics and the dashboard: printable, like queue names.
-        tenant = check_name(f"job {kind!r}: tenant", tenant)
-    return _Row(
-        queue=queue,
-        kind=kind,
-        args=encode_args(kind, job.args),
-        priority=priority,
-        run_at=job.run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        unique_key=unique_key,
-        traceparent=_traceparent(kind, job.traceparent, current_trace),
-        tenant=tenant,
+    return _check(
+        job.kind,
+        job.args,
+        job.queue,
+        job.priority,
+        job.delay,
+        job.run_at,
+        job.max_attempts,
+        job.unique_key,
+        job.traceparent,
+        job.tenant,
+        current_trace,
     )
 
 
-@dataclass(frozen=True)
-class _Step:
-    """One statement for a driver to run, and how much of its result to send back."""
-
-    name: str
-    params: Mapping[str, Any]
-    fetch: Literal["one", "all", "none"]
-
-
-# What a step's generator receives back: one row, all rows, or nothing.
-_Steps = Generator[_Step, Any, Any]
-
-
-def _run(conn: psycopg.Connection[Any], steps: _Steps) -> Any:
-    reply: Any = None
-    try:
-        while True:
-            step = steps.send(reply)
-            cursor = conn.execute(query(step.name), step.params)
-            if step.fetch == "one":
-                reply = cursor.fetchone()
-            elif step.fetch == "all":
-                reply = cursor.fetchall()
-            else:
-                reply = None
-    except StopIteration as done:
-        return done.value
-
-
-async def _run_async(conn: psycopg.AsyncConnection[Any], steps: _Steps) -> Any:
-    reply: Any = None
-    try:
-        while True:
-            step = steps.send(reply)
-            cursor = await conn.execute(query(step.name), step.params)
-            if step.fetch == "one":
-                reply = await cursor.fetchone()
-            elif step.fetch == "all":
-                reply = await cursor.fetchall()
-            else:
-                reply = None
-    except StopIteration as done:
-        return done.value
-
-
-def _new_job(
+def _check(
     kind: str,
-    args: Mapping[str, Any] | None,
+    args: object,
     queue: str,
     priority: int,
     delay: float | timedelta | None,
@@ -304,40 +228,139 @@ def _new_job(
     unique_key: str | None,
     traceparent: str | None,
     tenant: str | None,
+    current_trace: str | None,
 ) -> _Row:
-    return _validate(
-        NewJob(
-            kind,
-            {} if args is None else args,
-            queue,
-            priority,
-            delay,
-            run_at,
-            max_attempts,
-            unique_key,
-            traceparent,
-            tenant,
-        ),
-        tracing.current_traceparent() if traceparent is None else None,
+    """Every check of one job, in a fixed order, or the EnqueueError of the first that fails.
+
+    Called once per job on every path, so the usual case is kept short: the messages (each
+    a repr of the kind) are only built for a value that fails, the common types are tested
+    by identity before the general checks, and the row is a tuple, not a dataclass.
+    """
+    if not (
+        type(kind) is str and kind in _GOOD_NAMES and type(queue) is str and queue in _GOOD_NAMES
+    ):
+        kind = check_name("kind", kind)
+        queue = check_name(f"job {kind!r}: queue", queue)
+        _remember(kind, queue)
+    if type(priority) is not int:  # bool and int subclasses take the general check
+        priority = _int(f"job {kind!r}: priority", priority)
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        low, high = PRIORITY_RANGE
+        raise EnqueueError(f"job {kind!r}: priority {priority} is outside {low}..{high}")
+    if type(max_attempts) is not int:
+        max_attempts = _int(f"job {kind!r}: max_attempts", max_attempts)
+    if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        if max_attempts < 1:
+            raise EnqueueError(f"job {kind!r}: max_attempts must be at least 1, got {max_attempts}")
+        raise EnqueueError(
+            f"job {kind!r}: max_attempts must be at most {MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
+        )
+    if delay is None:
+        seconds = 0.0
+    else:
+        if run_at is not None:
+            raise EnqueueError(f"job {kind!r}: give delay or run_at, not both")
+        seconds = _seconds(f"job {kind!r}: delay", delay)
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise EnqueueError(f"job {kind!r}: run_at must be a datetime")
+        if run_at.tzinfo is None:
+            raise EnqueueError(
+                f"job {kind!r}: run_at must be timezone-aware; a naive datetime is ambiguous"
+            )
+    if unique_key is not None:
+        # Keys are the application's own identifiers, never logged as names: only NUL and
+        # lone surrogates (which cannot be stored) are refused.
+        unique_key = check_name(f"job {kind!r}: unique_key", unique_key, printable=False)
+    if tenant is not None:
+        # Tenants are named in logs, metrics and the dashboard: printable, like queue names.
+        tenant = check_name(f"job {kind!r}: tenant", tenant)
+    text = encode_args(kind, args)
+    if traceparent is None:
+        traceparent = current_trace
+    else:
+        traceparent = _traceparent(kind, traceparent, current_trace)
+    return _Row(
+        queue, kind, text, priority, max_attempts, unique_key, traceparent, tenant, run_at, seconds
     )
 
 
+class _Step(NamedTuple):
+    """One statement for a driver to run, and how much of its result to send back: a query
+    of sql/ by name with named parameters, or (``text``) a statement already positional and
+    its parameters as a tuple."""
+
+    name: str
+    params: Mapping[str, Any] | tuple[Any, ...]
+    fetch: Literal["one", "all", "none"]
+    text: str | None = None
+
+
+# What a step's generator receives back: one row, all rows, or nothing.
+_Steps = Generator[_Step, Any, Any]
+
+# Where a connection keeps the cursor its enqueues reuse (see _run). A reused cursor keeps
+# psycopg's adapters for the statement it ran last, about a quarter of an enqueue's client CPU
+# (scripts/enqueue_cpu_bench.py); a new cursor per statement looked them all up again.
+_CURSOR = "_pgq_enqueue_cursor"
+
+
+def _take_cursor(conn: Any) -> Any:
+    """The connection's enqueue cursor, taken out so that no other thread or task uses it at
+    the same time (one that finds it taken makes its own), or a new one. Rows are tuples
+    whatever the connection's row_factory."""
+    cursor = conn.__dict__.pop(_CURSOR, None)
+    if cursor is None or cursor.closed:
+        cursor = conn.cursor(row_factory=tuple_row)
+    return cursor
+
+
+def _give_back(conn: Any, cursor: Any) -> None:
+    # The cursor refers to its connection, so this is a reference cycle: a connection dropped
+    # without close() is freed by the garbage collector instead of at once (psycopg warns of
+    # such connections anyway). setdefault: a cursor made while this one was out is dropped.
+    conn.__dict__.setdefault(_CURSOR, cursor)
+
+
+def _run(conn: psycopg.Connection[Any], steps: _Steps) -> Any:
+    cursor = _take_cursor(conn)
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            cursor.execute(step.text or query(step.name), step.params)
+            if step.fetch == "one":
+                reply = cursor.fetchone()
+            elif step.fetch == "all":
+                reply = cursor.fetchall()
+            else:
+                reply = None
+    except StopIteration as done:
+        _give_back(conn, cursor)
+        return done.value
+
+
+async def _run_async(conn: psycopg.AsyncConnection[Any], steps: _Steps) -> Any:
+    cursor = _take_cursor(conn)
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            await cursor.execute(step.text or query(step.name), step.params)
+            if step.fetch == "one":
+                reply = await cursor.fetchone()
+            elif step.fetch == "all":
+                reply = await cursor.fetchall()
+            else:
+                reply = None
+    except StopIteration as done:
+        _give_back(conn, cursor)
+        return done.value
+
+
 def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
-    params = {
-        "queue": row.queue,
-        "kind": row.kind,
-        "args": row.args,
-        "priority": row.priority,
-        "run_at": row.run_at,
-        "delay": row.delay,
-        "max_attempts": row.max_attempts,
-        "unique_key": row.unique_key,
-        "traceparent": row.traceparent,
-        "tenant": row.tenant,
-        "notify": notify,
-    }
+    inserted = yield _Step("enqueue", (*row, notify), "one", positional("enqueue", _ENQUEUE_ORDER))
     while True:
-        inserted = yield _Step("enqueue", params, "one")
         if inserted is not None:
             return int(inserted[0])
         existing = yield _Step("job_by_unique_key", {"unique_key": row.unique_key}, "one")
@@ -345,6 +368,9 @@ def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
             return int(existing[0])
         # The holder of the key finished between our insert and our look-up: the key is free
         # again, so the insert can now succeed.
+        inserted = yield _Step(
+            "enqueue", (*row, notify), "one", positional("enqueue", _ENQUEUE_ORDER)
+        )
 
 
 def enqueue(
@@ -372,8 +398,18 @@ def enqueue(
     claims share fairly among the ``tenant``s with due work (a customer, an endpoint: short
     printable text); jobs without one form one tenant of their own.
     """
-    row = _new_job(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
+    row = _check(
+        kind,
+        {} if args is None else args,
+        queue,
+        priority,
+        delay,
+        run_at,
+        max_attempts,
+        unique_key,
+        traceparent,
+        tenant,
+        tracing.current_traceparent() if traceparent is None else None,
     )
     return int(_run(conn, _enqueue_steps(row, notify)))
 
@@ -394,8 +430,18 @@ async def enqueue_async(
     traceparent: str | None = None,
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
-    row = _new_job(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
+    row = _check(
+        kind,
+        {} if args is None else args,
+        queue,
+        priority,
+        delay,
+        run_at,
+        max_attempts,
+        unique_key,
+        traceparent,
+        tenant,
+        tracing.current_traceparent() if traceparent is None else None,
     )
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 

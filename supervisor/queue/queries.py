@@ -68,3 +68,18 @@ def query(name: str) -> str:
         return all_queries()[name]
     except KeyError:
         raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
+
+
+_PLACEHOLDER = re.compile(r"%\((?P<name>[a-z_][a-z0-9_]*)\)s")
+
+
+@cache
+def positional(name: str, order: tuple[str, ...]) -> str:
+    """The named query with its ``%(name)s`` placeholders as positional ``%s``, for a caller
+    that sends its parameters as a tuple in ``order``: psycopg then maps no names per call.
+    The order is checked against the SQL, so an edited query fails loudly, not silently."""
+    text = query(name)
+    found = tuple(m.group("name") for m in _PLACEHOLDER.finditer(text))
+    if found != order:
+        raise ValueError(f"sql/queries.sql: query {name!r} takes {found}, its caller sends {order}")
+    return _PLACEHOLDER.sub("%s", text)

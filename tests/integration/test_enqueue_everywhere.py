@@ -174,3 +174,46 @@ def test_sql_enqueue_in_a_trigger(conn: psycopg.Connection[Any]) -> None:
     )
     rows = conn.execute("SELECT kind, queue, args FROM pgq.jobs ORDER BY id").fetchall()
     assert rows == [("ship", "shipping", {"order_id": 1}), ("ship", "shipping", {"order_id": 2})]
+
+
+def test_enqueue_on_a_shared_connection_any_row_factory_and_concurrent_callers(dsn: str) -> None:
+    """The enqueue functions reuse one cursor per connection (client CPU): each call still
+    gets its own job's id when threads or tasks share the connection, and the connection's
+    row_factory is the caller's business, not the enqueue's."""
+    import threading
+
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        one = enqueue(conn, "shared")
+        many = enqueue_many(conn, [NewJob("shared"), NewJob("shared", unique_key="k")])
+        assert enqueue_many(conn, [NewJob("shared", unique_key="k")]) == [many[1]]
+        ids: list[int] = []
+
+        def produce() -> None:
+            for _ in range(50):
+                ids.append(enqueue(conn, "shared"))
+
+        threads = [threading.Thread(target=produce) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stored = conn.execute("SELECT id FROM pgq.jobs WHERE kind = 'shared'").fetchall()
+        assert sorted([one, *many, *ids]) == sorted(r["id"] for r in stored)
+        assert len(set(ids)) == 200
+
+    async def tasks() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, row_factory=dict_row
+        ) as aconn:
+            singles = await asyncio.gather(*(enqueue_async(aconn, "t") for _ in range(20)))
+            batches = await asyncio.gather(
+                *(enqueue_many_async(aconn, [NewJob("t"), NewJob("t")]) for _ in range(10))
+            )
+            return [*singles, *(i for b in batches for i in b)]
+
+    got = asyncio.run(tasks())
+    with psycopg.connect(dsn) as conn:
+        stored_ids = [r[0] for r in conn.execute("SELECT id FROM pgq.jobs WHERE kind = 't'")]
+    assert len(set(got)) == 40 and sorted(got) == sorted(stored_ids)
