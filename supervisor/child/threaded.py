@@ -57,7 +57,8 @@ class ThreadedLoop:
                     exit_code, stopping = reason, True
                     continue
             free = threads.free
-            if free > 0 and not stopping:
+            claiming = free > 0 and not stopping
+            if claiming:
                 claimed = parts.claimer.claim(min(pool.batch, free))
                 if claimed:
                     for job in claimed:
@@ -65,10 +66,12 @@ class ThreadedLoop:
                     parts.board.set_state(State.RUNNING)
                     continue
             wait = pool.poll_interval if free > 0 else 1.0
+            # What the next claim waits for, only while there will be one: a draining child
+            # claims nothing, and a head claim due now would make this wait 0 at every turn.
             refresh = parts.claimer.cursors.due_in(time.monotonic())
-            if free > 0 and parts.claimer.token_due is not None:
+            if claiming and parts.claimer.token_due is not None:
                 wait = min(wait, parts.claimer.token_due)  # and not sooner: parts.idle
-            elif free > 0 and refresh is not None:
+            elif claiming and refresh is not None:
                 wait = min(wait, refresh)  # the claim from the head (child/cursors.py)
             if completer and completer.ready():
                 wait = min(wait, 0.02)

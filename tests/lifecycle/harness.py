@@ -142,7 +142,9 @@ def query(dsn: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
 
 
 def scalar(dsn: str, sql: str, params: Any = None) -> Any:
-    return query(dsn, sql, params)[0][0]
+    """The first column of the first row; None when there is no row (a wait_for condition)."""
+    rows = query(dsn, sql, params)
+    return rows[0][0] if rows else None
 
 
 def processes_with_title(fragment: str) -> list[psutil.Process]:
