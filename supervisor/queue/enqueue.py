@@ -373,6 +373,34 @@ def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
         )
 
 
+def _one_row(
+    kind: str,
+    args: Mapping[str, Any] | None,
+    queue: str,
+    priority: int,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    max_attempts: int,
+    unique_key: str | None,
+    traceparent: str | None,
+    tenant: str | None,
+) -> _Row:
+    """The checked row of ``enqueue``'s (and ``enqueue_async``'s) arguments."""
+    return _check(
+        kind,
+        {} if args is None else args,
+        queue,
+        priority,
+        delay,
+        run_at,
+        max_attempts,
+        unique_key,
+        traceparent,
+        tenant,
+        tracing.current_traceparent() if traceparent is None else None,
+    )
+
+
 def enqueue(
     conn: psycopg.Connection[Any],
     kind: str,
@@ -398,18 +426,8 @@ def enqueue(
     claims share fairly among the ``tenant``s with due work (a customer, an endpoint: short
     printable text); jobs without one form one tenant of their own.
     """
-    row = _check(
-        kind,
-        {} if args is None else args,
-        queue,
-        priority,
-        delay,
-        run_at,
-        max_attempts,
-        unique_key,
-        traceparent,
-        tenant,
-        tracing.current_traceparent() if traceparent is None else None,
+    row = _one_row(
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
     )
     return int(_run(conn, _enqueue_steps(row, notify)))
 
@@ -430,18 +448,8 @@ async def enqueue_async(
     traceparent: str | None = None,
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
-    row = _check(
-        kind,
-        {} if args is None else args,
-        queue,
-        priority,
-        delay,
-        run_at,
-        max_attempts,
-        unique_key,
-        traceparent,
-        tenant,
-        tracing.current_traceparent() if traceparent is None else None,
+    row = _one_row(
+        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
     )
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
