@@ -80,18 +80,7 @@ def test_two_supervisors_never_pass_a_cap_and_other_work_uses_the_free_slots(
         sup.wait_children(3)
     # A capped job in its handler: kill its child, as a crash or the OOM killer would.
     victim = wait_for(
-        lambda: scalar(
-            dsn,
-            """
-            SELECT pid FROM test_ledger AS s
-            WHERE event = 'started' AND job_id = ANY(%s)
-              AND NOT EXISTS (SELECT 1 FROM test_ledger AS f
-                              WHERE f.event = 'finished' AND f.job_id = s.job_id
-                                AND f.attempt = s.attempt)
-            LIMIT 1
-            """,
-            (capped,),
-        ),
+        lambda: _in_handler(dsn, capped),
         what="a capped job in its handler",
     )
     free = _enqueue(dsn, [NewJob("sleep", {"seconds": 0.4}, queue="free")] * 24)
