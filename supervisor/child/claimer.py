@@ -117,6 +117,16 @@ class Claimer:
         self.woke_from_idle = False
         return jobs
 
+    def next_claim_in(self, now: float) -> float | None:
+        """Seconds until the next claim is owed, for a child about to wait (None: only the
+        poll and the wake-ups bring it): the rate token promised to this child, else the claim
+        from the head (child/cursors.py). Not sooner than the token: a claim before it takes a
+        later promise, and the token nobody waits for any more overflows the bucket (the rate
+        runs short); the claim at the token is the head's when that is due."""
+        if self.token_due is not None:
+            return self.token_due
+        return self.cursors.due_in(now)
+
     def woken(self, wake_fd: int) -> None:
         """The master wrote to the wake-up pipe: note which queue it named."""
         names = self.queue_names

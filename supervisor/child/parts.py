@@ -98,14 +98,9 @@ class Parts:
         self.board.set_state(State.IDLE)
         wake_fd = self.spec.wake_fd
         timeout = poll_interval * random.uniform(0.5, 1.0)
-        refresh = self.claimer.cursors.due_in(time.monotonic())
-        if self.claimer.token_due is not None:
-            # Not woken sooner for the claim from the head: a claim before the promised token
-            # takes a later promise, and the token nobody waits for any more overflows the
-            # bucket (the rate runs short). The claim at the token is the head's when due.
-            timeout = min(timeout, self.claimer.token_due)
-        elif refresh is not None:
-            timeout = min(timeout, refresh)
+        owed = self.claimer.next_claim_in(time.monotonic())
+        if owed is not None:
+            timeout = min(timeout, owed)
         ready = self.process.wait([wake_fd, *extra_fds], timeout)
         for fd in ready:
             if fd != wake_fd:

@@ -68,11 +68,9 @@ class ThreadedLoop:
             wait = pool.poll_interval if free > 0 else 1.0
             # What the next claim waits for, only while there will be one: a draining child
             # claims nothing, and a head claim due now would make this wait 0 at every turn.
-            refresh = parts.claimer.cursors.due_in(time.monotonic())
-            if claiming and parts.claimer.token_due is not None:
-                wait = min(wait, parts.claimer.token_due)  # and not sooner: parts.idle
-            elif claiming and refresh is not None:
-                wait = min(wait, refresh)  # the claim from the head (child/cursors.py)
+            owed = parts.claimer.next_claim_in(time.monotonic()) if claiming else None
+            if owed is not None:
+                wait = min(wait, owed)
             if completer and completer.ready():
                 wait = min(wait, 0.02)
             questions.answer()  # asked while this turn claimed or wrote
