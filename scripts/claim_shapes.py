@@ -11,7 +11,10 @@ differ.
   falling through the empty ones). Ratio: jobs/s against the busy queue alone.
 - tenants: one queue whose backlog is spread over 1, 100, 10,000 tenants. Ratio against 1.
 - fairness: the claim (tenant rotation) against the previous release's claim (priority order,
-  no tenants: sql/benchmarks.sql, claim_one_queue) on the same backlog, at batch 1, 10, 100.
+  no tenants: sql/benchmarks.sql, claim_one_queue) on the same backlog, at batch 1, 10, 100:
+  the drain's rate, and its CPU per job (the server backend's, read with psutil when the server
+  is on this machine, plus this client's), which the machine's noise and the commits' waits on
+  the disk move far less than the rate.
 - flood: one tenant enqueues --flood jobs, then --quiet tenants 3 jobs each, while the drain
   runs: the quiet jobs' p99 wait against their wait with no flood, and the flood's own rate
   against a queue of the same jobs without tenants.
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,8 +47,8 @@ from supervisor import NewJob, enqueue_many, migrate
 from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
-from supervisor.queue.jobs import claim_params, read_claim, use_generic_plans
-from supervisor.queue.queries import parse, query, sql_text
+from supervisor.queue.jobs import claim_params, execute_claim, read_claim, use_generic_plans
+from supervisor.queue.queries import parse, sql_text
 
 LEASE = 60.0
 OLD_CLAIM = parse(sql_text("benchmarks.sql"))["claim_one_queue"]
@@ -78,6 +82,11 @@ class Drain:
         # As a child with the default poll interval (supervisor/child/cursors.py).
         self.cursors = ClaimCursors(1.0)
         self.statements = 0
+        # CPU seconds the last run spent: the server backend's (None when it is not on this
+        # machine) and this process's.
+        self.server_cpu: float | None = None
+        self.client_cpu = 0.0
+        self._backend = _local_backend(conn)
         # Planned as each release's child plans it: this one once (use_generic_plans), the
         # earlier ones at every run.
         if old or sql is not None:
@@ -102,7 +111,11 @@ class Drain:
             cursors=cursors,
         )
         started = time.perf_counter()
-        jobs = read_claim(self.conn.execute(self.sql or query("claim"), params)).jobs
+        if self.sql is None:
+            cursor = execute_claim(self.conn, params)  # as the child sends it
+        else:
+            cursor = self.conn.execute(self.sql, params)
+        jobs = read_claim(cursor).jobs
         self.statements += 1
         self.queues.observe(order, jobs, limit, now)
         if self.sql is None:
@@ -131,6 +144,8 @@ class Drain:
         self, limit: int, total: int, on_claim: Callable[[list[Job]], None] | None = None
     ) -> float:
         """Drain ``total`` jobs; jobs per second."""
+        server_before = _cpu(self._backend)
+        client_before = time.process_time()
         started = time.perf_counter()
         done: list[Job] = []
         got = 0
@@ -150,7 +165,32 @@ class Drain:
                 idle_since = None
         if done:
             self.claim(0, done)
-        return total / (time.perf_counter() - started)
+        rate = total / (time.perf_counter() - started)
+        self.client_cpu = time.process_time() - client_before
+        server_after = _cpu(self._backend)
+        if server_before is not None and server_after is not None:
+            self.server_cpu = server_after - server_before
+        return rate
+
+
+def _local_backend(conn: psycopg.Connection[Any]) -> psutil.Process | None:
+    """The server process serving ``conn``, when the server runs on this machine."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    try:
+        proc = psutil.Process(pid)
+        return proc if "postgres" in proc.name() else None
+    except psutil.Error:
+        return None
+
+
+def _cpu(proc: psutil.Process | None) -> float | None:
+    if proc is None:
+        return None
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return float(times.user + times.system)
 
 
 def _fill(conn: psycopg.Connection[Any], jobs: list[NewJob]) -> None:
@@ -218,6 +258,7 @@ def fairness_cost(
     for batch in (1, 10, 100):
         n = jobs // 4 if batch == 1 else jobs
         rates: dict[str, list[float]] = {name: [] for name in names}
+        cpu: dict[str, list[float]] = {name: [] for name in names}  # µs a job, server + client
         for _ in range(rounds):
             for name in names:
                 _reset(conn)
@@ -229,16 +270,30 @@ def fairness_cost(
                     sql=claim_from(baseline) if name == "main" and baseline else None,
                 )
                 rates[name].append(drain.run(batch, n))
+                if drain.server_cpu is not None:
+                    cpu[name].append((drain.server_cpu + drain.client_cpu) / n * 1e6)
         on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
-        out[str(batch)] = {
+        row: dict[str, Any] = {
             "on_jobs_per_s": round(on),
             "off_jobs_per_s": round(off),
-            "cost_ratio": round(off / on, 3),  # claim cost on / off
+            "cost_ratio": round(off / on, 3),  # claim cost on / off, by the drain's rate
         }
+        if cpu["on"] and cpu["off"]:
+            cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
+            row |= {
+                "on_cpu_us_per_job": round(cpu_on, 1),
+                "off_cpu_us_per_job": round(cpu_off, 1),
+                "cpu_cost_ratio": round(cpu_on / cpu_off, 3),  # by CPU a job
+            }
         if baseline:
             main = statistics.median(rates["main"])
-            out[str(batch)]["main_jobs_per_s"] = round(main)
-            out[str(batch)]["main_cost_ratio"] = round(off / main, 3)
+            row["main_jobs_per_s"] = round(main)
+            row["main_cost_ratio"] = round(off / main, 3)
+            if cpu["main"] and cpu["off"]:
+                row["main_cpu_cost_ratio"] = round(
+                    statistics.median(cpu["main"]) / statistics.median(cpu["off"]), 3
+                )
+        out[str(batch)] = row
     return out
 
 

@@ -2,9 +2,13 @@
 
 Starts --supervisors supervisors (each its own PGQ_HOST, --processes children, batch --batch) on
 a fresh database, with `limits: {rated: {rate: R/s, burst: B}}` and a backlog far larger than
-the run can take. Every start is stamped on the database's clock by the handler (a ledger
-row). After a second's warm-up it measures --seconds: the starts per second against R (the
-target: within 5%), the most starts in any one-second window against R + B (never more), and
+the run can take. Every start is stamped on the database's clock twice: when the claim takes
+the job (a trigger on the claim's UPDATE, inside the limits' critical section, so on the clock
+the token bucket reads) and when the handler runs (a ledger row). After a second's warm-up it
+measures --seconds: the starts per second against R (the target: within 5%), the most claims in
+any one-second window against R + B (never more; a token bucket allows at most B + R x T in any
+T seconds), the same from the handler's stamps (which lag the claim by a varying amount, so a
+window of them can hold one more), and
 how many claims the children sent per start (the children sleep until the token promised to
 them is due, so that ratio stays small: no busy poll). Then the limit is removed from the file
 and every supervisor gets SIGHUP: the rate in the --lifted-seconds after it, against R, shows
@@ -86,12 +90,31 @@ def scrape(port: int) -> dict[str, float]:
     return found
 
 
+# The claim's own moment: the UPDATE that makes a job running, after the limits took its room
+# and under their mutex, and before the claim's end takes the tenants' tokens.
+CLAIM_LEDGER = """
+CREATE TABLE bench_claims (job_id bigint NOT NULL, at timestamptz NOT NULL);
+CREATE FUNCTION bench_claimed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench_claims VALUES (NEW.id, clock_timestamp());
+    RETURN NULL;
+END $$;
+CREATE TRIGGER bench_claimed AFTER UPDATE OF state ON pgq.jobs FOR EACH ROW
+    WHEN (NEW.state = 'running' AND OLD.state <> 'running') EXECUTE FUNCTION bench_claimed();
+"""
+
+
 def starts_between(
-    conn: psycopg.Connection[Any], start: datetime, end: datetime, tenant: str | None = None
+    conn: psycopg.Connection[Any],
+    start: datetime,
+    end: datetime,
+    tenant: str | None = None,
+    ledger: str = "test_ledger",
 ) -> list[datetime]:
-    """Starts in [start, end), of one tenant's jobs when ``tenant`` is given."""
+    """Starts in [start, end), of one tenant's jobs when ``tenant`` is given: as the handlers
+    stamped them (test_ledger), or as the claims did (bench_claims)."""
     rows = conn.execute(
-        "SELECT l.at FROM test_ledger AS l LEFT JOIN bench_tenants AS t USING (job_id)"
+        f"SELECT l.at FROM {ledger} AS l LEFT JOIN bench_tenants AS t USING (job_id)"
         " WHERE l.at >= %s AND l.at < %s AND (%s::text IS NULL OR t.tenant = %s::text)"
         " ORDER BY l.at",
         (start, end, tenant, tenant),
@@ -169,7 +192,7 @@ def main() -> int:
     print(f"{'lane':<26} {'ratio':>7} {'most/s':>7} {'claims/start':>13} {'wasted/start':>13}")
     for name, row in lanes.items():
         print(
-            f"{name:<26} {row['ratio_to_limit']:7.4f} {row['most_in_any_second']:7d}"
+            f"{name:<26} {row['ratio_to_limit']:7.4f} {row['most_claimed_in_any_second']:7d}"
             f" {row['claims_per_start']!s:>13} {row['empty_claims_per_start']!s:>13}"
         )
     print(json.dumps({"compare": True, "lanes": lanes}))
@@ -187,6 +210,7 @@ def lane(args: argparse.Namespace, functions: str, analyze: bool) -> dict[str, A
             if functions == "0013":
                 conn.execute(functions_of_0013())
             conn.execute(LEDGER)
+            conn.execute(CLAIM_LEDGER)
             conn.execute("CREATE TABLE bench_tenants (job_id bigint PRIMARY KEY, tenant text)")
             tenants = [f"tenant-{n}" for n in range(args.tenants)] or [None]
             backlog = int(rate * len(tenants) * (seconds + 2) * 1.2) + 20_000
@@ -240,6 +264,9 @@ def lane(args: argparse.Namespace, functions: str, analyze: bool) -> dict[str, A
                 # Per tenant when each tenant has the limit; else the queue as a whole.
                 limited_by = {t: starts_between(conn, window_start, window_end, t) for t in tenants}
                 everything_by = {t: starts_between(conn, first, window_end, t) for t in tenants}
+                claimed_by = {
+                    t: starts_between(conn, first, window_end, t, "bench_claims") for t in tenants
+                }
                 for proc, path, _, _, body in sups:
                     path.write_text(body)
                     proc.send_signal(signal.SIGHUP)
@@ -292,11 +319,10 @@ def lane(args: argparse.Namespace, functions: str, analyze: bool) -> dict[str, A
         "rate_measured_per_second": round(measured, 3),
         "ratio_to_limit": round(measured / rate, 4),
         "within_5_percent": abs(measured / rate - 1) <= 0.05,
-        "most_in_any_second": max(most_in_a_second(v) for v in everything_by.values()),
+        "most_claimed_in_any_second": max(most_in_a_second(v) for v in claimed_by.values()),
+        "most_started_in_any_second": max(most_in_a_second(v) for v in everything_by.values()),
         "bound_rate_plus_burst": rate + burst,
-        "never_above_bound": all(
-            most_in_a_second(v) <= rate + burst for v in everything_by.values()
-        ),
+        "never_above_bound": all(most_in_a_second(v) <= rate + burst for v in claimed_by.values()),
         "per_second": per_second,
         "claims": int(total_claims),
         "empty_claims": int(empty_claims),
@@ -312,7 +338,10 @@ def lane(args: argparse.Namespace, functions: str, analyze: bool) -> dict[str, A
     print(f"rate limit {rate:g}/s burst {burst} on {scope}, {figures['children']} children,")
     print(f"  limit functions {functions}, {'with' if analyze else 'without'} statistics")
     print(f"  measured      {measured:8.3f}/s   ratio {figures['ratio_to_limit']:.4f} ({worst})")
-    print(f"  most in 1 s   {figures['most_in_any_second']:8d}     bound {rate + burst:g}")
+    print(
+        f"  most in 1 s   {figures['most_claimed_in_any_second']:8d}     bound {rate + burst:g}"
+        f" (claimed; {figures['most_started_in_any_second']} as the handlers stamped them)"
+    )
     print(f"  claims/start  {figures['claims_per_start']}   ({int(empty_claims)} empty claims)")
     print(f"  after reload  {lifted_rate:8.1f}/s   x{figures['lifted_ratio_to_limit']} the limit")
     return figures

@@ -21,7 +21,7 @@ from psycopg.pq import TransactionStatus
 
 from supervisor.queue.job import Job
 from supervisor.queue.outcomes import Settlement
-from supervisor.queue.queries import query
+from supervisor.queue.queries import native, query
 
 DEFAULT_LEASE_SECONDS = 60.0
 # queue -> tenant -> weight, for the tenants whose weight is not 1 (the YAML's `tenants:`).
@@ -184,7 +184,14 @@ def send_claim(
         tenant_weights=tenant_weights,
         cursors=cursors,
     )
-    return conn.execute(query("claim"), params)
+    return execute_claim(conn, params)
+
+
+def execute_claim(conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+    """Run the claim with ``claim_params``'s parameters, sent with the statement's own ``$n``
+    placeholders (``queries.native``: psycopg would parse its text again at every run)."""
+    text, names = native("claim")
+    return psycopg.RawCursor(conn).execute(text, [params[name] for name in names])
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,22 @@ def positional(name: str, order: tuple[str, ...]) -> str:
     if found != order:
         raise ValueError(f"sql/queries.sql: query {name!r} takes {found}, its caller sends {order}")
     return _PLACEHOLDER.sub("%s", text)
+
+
+@cache
+def native(name: str) -> tuple[str, tuple[str, ...]]:
+    """The named query with PostgreSQL's own placeholders, ``$1`` for the first distinct name
+    and so on, and the names in that order: for ``psycopg.RawCursor``, with the parameters as a
+    list in that order. psycopg converts ``%(name)s`` placeholders with a regular expression at
+    every run of a query longer than 4,096 characters (it caches only shorter ones): the claim
+    (about 11,600) paid 0.3 ms of the child's CPU a claim for it, more than its batch of ten
+    jobs cost to read."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        found = match.group("name")
+        if found not in order:
+            order.append(found)
+        return f"${order.index(found) + 1}"
+
+    return _PLACEHOLDER.sub(number, query(name)), tuple(order)

@@ -18,14 +18,19 @@ from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim
 
 
-class CountingCursor(psycopg.Cursor[Any]):
-    """A real cursor that counts the statements sent through it."""
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The statements sent through every cursor, of any class (the claim goes through a
+    psycopg.RawCursor of its own), while the test runs."""
+    found: list[object] = []
+    real = psycopg.Cursor.execute
 
-    sent = 0
+    def execute(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        found.append(query)
+        return real(self, query, *args, **kwargs)
 
-    def execute(self, *args: Any, **kwargs: Any) -> CountingCursor:
-        CountingCursor.sent += 1
-        return super().execute(*args, **kwargs)  # type: ignore[return-value]
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    return found
 
 
 class Child:
@@ -71,22 +76,21 @@ def _jobs(queue: str, count: int, **fields: Any) -> list[NewJob]:
 
 @pytest.mark.parametrize("empty_queues", [0, 9, 99, 999])
 def test_one_statement_claims_for_a_pool_whatever_its_queue_count(
-    dsn: str, empty_queues: int
+    conn: psycopg.Connection[Any], sent: list[object], empty_queues: int
 ) -> None:
-    with psycopg.connect(dsn, autocommit=True, cursor_factory=CountingCursor) as conn:
-        enqueue_many(conn, _jobs("busy", 30))
-        pool = [f"empty-{n}" for n in range(empty_queues)] + ["busy"]
-        CountingCursor.sent = 0
-        jobs = claim(conn, pool, worker="w", limit=10)
-        assert CountingCursor.sent == 1
-        assert [j.queue for j in jobs] == ["busy"] * 10
-        # The busy queue listed last still fills the batch, and a short queue is topped up
-        # from the next one in the same statement.
-        enqueue_many(conn, _jobs("empty-0", 3)) if empty_queues else None
-        CountingCursor.sent = 0
-        jobs = claim(conn, pool, worker="w", limit=10)
-        assert CountingCursor.sent == 1
-        assert len(jobs) == 10
+    enqueue_many(conn, _jobs("busy", 30))
+    pool = [f"empty-{n}" for n in range(empty_queues)] + ["busy"]
+    sent.clear()
+    jobs = claim(conn, pool, worker="w", limit=10)
+    assert len(sent) == 1
+    assert [j.queue for j in jobs] == ["busy"] * 10
+    # The busy queue listed last still fills the batch, and a short queue is topped up
+    # from the next one in the same statement.
+    enqueue_many(conn, _jobs("empty-0", 3)) if empty_queues else None
+    sent.clear()
+    jobs = claim(conn, pool, worker="w", limit=10)
+    assert len(sent) == 1
+    assert len(jobs) == 10
 
 
 def test_weights_share_claims_and_empty_queues_change_nothing(

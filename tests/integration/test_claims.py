@@ -13,7 +13,7 @@ from supervisor import NewJob, claim, complete, enqueue, enqueue_many, settle
 from supervisor.queue import outcomes
 from supervisor.queue.jobs import LeaseLost, claim_params, lease_held, renew_leases
 from supervisor.queue.maintenance import rescue
-from supervisor.queue.queries import query
+from supervisor.queue.queries import native, query
 from supervisor.queue.scheduled import stage_due
 
 
@@ -219,9 +219,7 @@ def _plan(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any])
 def _generic_plan(conn: psycopg.Connection[Any], name: str, values: dict[str, Any]) -> str:
     """The plan PostgreSQL settles on for a statement psycopg has prepared (a generic plan, made
     without the parameters' values), run and rolled back."""
-    from tests.integration.test_schema import _positional
-
-    statement, names = _positional(query(name))
+    statement, names = native(name)
     with conn.transaction(force_rollback=True):
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         conn.execute(f"PREPARE generic AS {statement}")

@@ -16,8 +16,7 @@ import pytest
 
 from supervisor import NewJob, enqueue_many
 from supervisor.queue.jobs import claim, claim_params, use_generic_plans
-from supervisor.queue.queries import query
-from tests.integration.test_schema import _positional
+from supervisor.queue.queries import native
 
 BACKLOG = 20_000
 
@@ -48,7 +47,7 @@ def test_a_generic_plan_made_on_an_empty_table_reads_a_backlog_by_index(
     values = _values(conn)[name]
     conn.execute("ANALYZE pgq.jobs")  # the statistics of a table of one page
     with conn.transaction(force_rollback=True):
-        statement, names = _positional(query(name))
+        statement, names = native(name)
         use_generic_plans(conn)
         conn.execute(f"PREPARE generic AS {statement}")
         cursor = psycopg.ClientCursor(conn)

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from supervisor.queue import migrations
-from supervisor.queue.queries import all_queries
+from supervisor.queue.queries import all_queries, native
 
 
 def _columns(conn: psycopg.Connection[Any], table: str) -> dict[str, tuple[str, bool]]:
@@ -88,16 +88,6 @@ def test_jobs_table_storage_settings(conn: psycopg.Connection[Any]) -> None:
     assert "autovacuum_vacuum_scale_factor=0.01" in options
 
 
-def _positional(statement: str) -> tuple[str, list[str]]:
-    """Rewrite %(name)s placeholders as $n so the statement can be PREPAREd server-side."""
-    names: dict[str, int] = {}
-
-    def number(match: re.Match[str]) -> str:
-        return f"${names.setdefault(match.group(1), len(names) + 1)}"
-
-    return re.sub(r"%\((\w+)\)s", number, statement), list(names)
-
-
 def test_every_named_query_prepares_against_the_migrated_schema(
     conn: psycopg.Connection[Any],
 ) -> None:
@@ -107,7 +97,7 @@ def test_every_named_query_prepares_against_the_migrated_schema(
         if statement.startswith("VACUUM"):
             conn.execute(statement)  # a utility statement cannot be PREPAREd; run it instead
             continue
-        positional, _ = _positional(statement)
+        positional, _ = native(name)  # $n placeholders, as PREPARE takes them
         try:
             conn.execute(f"PREPARE check_{name} AS {positional}")
         except psycopg.Error as exc:
