@@ -330,9 +330,12 @@ next AS (
             ) AS s
             CROSS JOIN LATERAL (
                 SELECT CASE WHEN s.tenant IS NULL THEN 0
+                            -- The tenant in the default collation: a "C" argument gives
+                            -- the function's every text parameter "C" (a function's collation
+                            -- is its arguments'), and its look-ups by queue could use no index.
                             WHEN w.per_tenant
-                            THEN pgq.tenant_room(pool.queue, s.tenant, %(limit)s,
-                                                 %(done_ids)s::bigint[],
+                            THEN pgq.tenant_room(pool.queue, s.tenant COLLATE "default",
+                                                 %(limit)s, %(done_ids)s::bigint[],
                                                  %(done_lease_ids)s::bigint[])
                             ELSE %(limit)s END AS room
             ) AS r

@@ -80,9 +80,16 @@ def use_generic_plans(conn: psycopg.Connection[Any]) -> None:
     as primary-key look-ups, each plan reads the table by its indexes however the table grows
     (tests/integration/test_generic_plans.py). Only the child's own statements run on this
     connection (a handler gets its own). A connection through a transaction-mode pooler
-    prepares nothing: no effect."""
+    prepares nothing: no effect.
+
+    JIT compilation off: before PostgreSQL 18, a disabled sequential scan is priced at 10^10,
+    over the JIT thresholds, so any statement that still takes one (a limit function's look-up
+    of a small table) was compiled at every run, 27-29 ms each (three tenants' per-tenant
+    rates: 90 ms a claim, under the queue's limits mutex). Nothing the child runs is long
+    enough for JIT to pay."""
     conn.execute("SET plan_cache_mode = force_generic_plan")
     conn.execute("SET enable_seqscan = off")
+    conn.execute("SET jit = off")
 
 
 def bigint_array(values: Iterable[int]) -> str:

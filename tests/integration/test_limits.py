@@ -460,3 +460,47 @@ def test_a_claim_over_many_tenants_spends_each_tenants_tokens(
     }
     # t0's and t1's jobs all ran; the others' tokens are spent: nothing may start now.
     assert _claim(conn, 20).jobs == []
+
+
+def test_a_limited_claim_in_a_childs_session_reads_by_index_and_compiles_nothing(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Every statement the claim runs, its limit functions' included, as auto_explain logs them
+    (to this client, as notices) in a session set up as a child's (generic plans, sequential
+    scans priced out). A tenant passed to pgq.tenant_room in the claim's "C" collation made its
+    text parameters "C", so its look-ups by queue could use no index: sequential scans, which
+    before PostgreSQL 18 cost 10^10 with enable_seqscan off and so were JIT-compiled, 27-29 ms
+    a statement (a claim over three tenants with per-tenant rates took 90 ms)."""
+    _limit(
+        conn,
+        concurrency=50,
+        rate=1000.0,
+        burst=50,
+        tenant_concurrency=20,
+        tenant_rate=500.0,
+        tenant_burst=20,
+    )
+    enqueue_many(conn, [NewJob("k", queue="hooks", tenant=f"t{n % 3}") for n in range(300)])
+    conn.execute("ANALYZE pgq.jobs")
+    jobs_api.use_generic_plans(conn)
+    done = _claim(conn, 5).jobs
+    plans: list[str] = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute(
+        "SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on;"
+        " SET auto_explain.log_level = notice"
+    )
+    try:
+        for _ in range(3):
+            claimed = jobs_api.read_claim(
+                jobs_api.send_claim(conn, "hooks", worker="w", limit=5, done=done), done
+            )
+            assert len(claimed.jobs) == 5
+            done = claimed.jobs
+    finally:
+        conn.execute("SET auto_explain.log_min_duration = -1")
+    nested = [plan for plan in plans if "WITH done AS" not in plan]
+    assert any("pgq.queue_limits WHERE queue = p_queue" in plan for plan in nested), plans
+    slow = [plan for plan in nested if "Seq Scan" in plan or "JIT:" in plan]
+    assert not slow, "\n\n".join(slow)
