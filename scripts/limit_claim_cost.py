@@ -4,7 +4,10 @@ every variant claims the same jobs), and, given --baseline (a sql/queries.sql fr
 limits, e.g. `git show claim:sql/queries.sql > /tmp/base.sql`), the statement without the limits'
 hooks at all. One table (20,000 waiting jobs over 50 tenants, 100,000 dead letters), the
 variants interleaved round by round so all see the same cache and vacuum state; the claimed jobs
-go back to available after each claim. "limits: tenant, 0013's finish" is the per-tenant
+go back to available after each claim. The session is set up as a child's (generic plans,
+sequential scans priced out, no JIT: use_generic_plans) and sends each variant as the child
+sends the claim (its own $n placeholders, a RawCursor); --planned-each-run measures without.
+"limits: tenant, 0013's finish" is the per-tenant
 variant with the claim's end as 0013 wrote it (one pgq.tenant_spend call per tenant claimed),
 put back for its turns: the cost 0031 took away. Prints a table and, as the last line, JSON.
 
@@ -29,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
 
 from supervisor import migrate
-from supervisor.queue.jobs import claim_params, read_claim
+from supervisor.queue.jobs import claim_params, read_claim, use_generic_plans
 from supervisor.queue.limits import Limits, write_limits
-from supervisor.queue.queries import parse, query
+from supervisor.queue.queries import native_text, parse, query
 
 NEVER = 1_000_000  # a limit no run of this script comes near
 LIMITS = {
@@ -55,10 +58,12 @@ def finish_of_0013() -> str:
 
 def latencies(conn: psycopg.Connection[Any], sql: str, claims: int, batch: int) -> list[float]:
     params = claim_params(["pdf"], worker="bench", limit=batch, lease_seconds=60)
+    text, names = native_text(sql)
+    values = [params[name] for name in names]
     found = []
     for _ in range(claims):
         started = time.perf_counter()
-        jobs = read_claim(conn.execute(sql, params)).jobs
+        jobs = read_claim(psycopg.RawCursor(conn).execute(text, values)).jobs
         found.append((time.perf_counter() - started) * 1000)
         assert len(jobs) == batch, len(jobs)
         conn.execute(
@@ -87,6 +92,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument(
+        "--planned-each-run",
+        action="store_true",
+        help="the server's default planning (and JIT) instead of the child's session's",
+    )
     args = parser.parse_args()
     current = (MIGRATIONS / "0031_tenant_spend_once.sql").read_text(encoding="utf-8")
     variants: dict[str, tuple[str, Limits | None, str]] = {
@@ -109,6 +119,8 @@ def main() -> int:
                 " SELECT 'pdf', 'k', 'tenant-' || (g % 50) FROM generate_series(1, 20000) AS g"
             )
             conn.execute("VACUUM ANALYZE pgq.jobs")
+            if not args.planned_each_run:
+                use_generic_plans(conn)
             for _ in range(args.rounds):
                 for name, (sql, limit, functions) in variants.items():
                     conn.execute(functions)
