@@ -63,7 +63,9 @@ class Drain:
     """A child's claim loop on one connection: the new claim, or the previous release's.
 
     ``sql``: another text of the one-statement claim (an earlier sql/queries.sql's, read with
-    ``claim_from``), run the way that release's child ran it (no cursors)."""
+    ``claim_from``), run the way that release's child ran it: no cursors, sent through psycopg's
+    placeholders, planned at every run unless ``generic`` (a build whose child already planned
+    once: 6ba3471 and later)."""
 
     def __init__(
         self,
@@ -72,6 +74,7 @@ class Drain:
         *,
         old: bool,
         sql: str | None = None,
+        generic: bool = False,
     ) -> None:
         self.conn = conn
         self.pool = list(pool)
@@ -89,8 +92,8 @@ class Drain:
         self._backend = _local_backend(conn)
         # Planned as each release's child plans it: this one once (use_generic_plans), the
         # earlier ones at every run.
-        if old or sql is not None:
-            conn.execute("RESET plan_cache_mode; RESET enable_seqscan")
+        if old or (sql is not None and not generic):
+            conn.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
         else:
             use_generic_plans(conn)
 
@@ -250,7 +253,11 @@ def tenants_shape(conn: psycopg.Connection[Any], jobs: int, rounds: int) -> dict
 
 
 def fairness_cost(
-    conn: psycopg.Connection[Any], jobs: int, rounds: int, baseline: str | None = None
+    conn: psycopg.Connection[Any],
+    jobs: int,
+    rounds: int,
+    baseline: str | None = None,
+    baseline_generic: bool = False,
 ) -> dict[str, Any]:
     """``baseline``: also the claim of another sql/queries.sql ("main"), fairness on."""
     out: dict[str, Any] = {}
@@ -268,6 +275,7 @@ def fairness_cost(
                     ["q"],
                     old=name == "off",
                     sql=claim_from(baseline) if name == "main" and baseline else None,
+                    generic=baseline_generic,
                 )
                 rates[name].append(drain.run(batch, n))
                 if drain.server_cpu is not None:
@@ -395,6 +403,12 @@ def main() -> int:
         "--baseline",
         help="another sql/queries.sql: its claim is the queues' and fairness' main lane",
     )
+    parser.add_argument(
+        "--baseline-generic",
+        action="store_true",
+        help="plan the baseline's claim once, as this build's child does (a baseline from "
+        "6ba3471 or later); otherwise it is planned at every run, as earlier children did",
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds}
     with fresh_database(args.dsn, "claim_shapes") as db:
@@ -407,7 +421,9 @@ def main() -> int:
             if args.only in (None, "tenants"):
                 figures["tenants"] = tenants_shape(conn, args.jobs, args.rounds)
             if args.only in (None, "fairness"):
-                figures["fairness"] = fairness_cost(conn, args.jobs, args.rounds, args.baseline)
+                figures["fairness"] = fairness_cost(
+                    conn, args.jobs, args.rounds, args.baseline, args.baseline_generic
+                )
         if args.only in (None, "flood"):
             figures["flood"] = flood_shape(db, args.flood, args.quiet, args.rounds)
     for section, table in figures.items():
