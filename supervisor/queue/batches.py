@@ -74,23 +74,23 @@ def shards_for(total: int) -> int:
     return max(1, min(MAX_SHARDS, -(-total // MEMBERS_PER_SHARD)))
 
 
-def _batch_steps(jobs: list[NewJob], then: NewJob | None) -> _Steps:
-    for job in jobs:
-        if job.unique_key is not None:
-            # A duplicate would be another job's id: counting it would end the batch early.
-            raise EnqueueError(
-                f"job {job.kind!r}: a batch member cannot have a unique_key "
-                f"({job.unique_key!r}); enqueue it on its own"
-            )
-    if then is not None and then.unique_key is not None:
-        raise EnqueueError(
-            f"then job {then.kind!r}: cannot have a unique_key ({then.unique_key!r}); it is "
-            "enqueued once per batch anyway"
-        )
+def _batch_steps(jobs: Iterable[NewJob], then: NewJob | None) -> _Steps:
     # Members and the `then` job continue the enqueuer's trace, as enqueue_many's jobs do.
     current = tracing.current_traceparent()
-    rows = [enqueue_mod._validate(job, current) for job in jobs]
+    rows = enqueue_mod._rows(jobs, current)
     then_row = enqueue_mod._validate(then, current) if then is not None else None
+    for row in rows:
+        if row.unique_key is not None:
+            # A duplicate would be another job's id: counting it would end the batch early.
+            raise EnqueueError(
+                f"job {row.kind!r}: a batch member cannot have a unique_key "
+                f"({row.unique_key!r}); enqueue it on its own"
+            )
+    if then_row is not None and then_row.unique_key is not None:
+        raise EnqueueError(
+            f"then job {then_row.kind!r}: cannot have a unique_key ({then_row.unique_key!r}); "
+            "it is enqueued once per batch anyway"
+        )
     if then_row is not None and then_row.run_at is not None:
         raise EnqueueError(
             f"then job {then_row.kind!r}: run_at cannot be known in advance; give a delay "
@@ -126,14 +126,14 @@ def enqueue_batch(
     """Enqueue ``jobs`` as one batch on ``conn`` (inside its current transaction). Once every
     member has ended (completed, discarded or cancelled), ``then`` is enqueued exactly once,
     and its handler's ``job.batch`` holds the counts. Members may not carry a unique_key."""
-    return _run(conn, _batch_steps(list(jobs), then))  # type: ignore[no-any-return]
+    return _run(conn, _batch_steps(jobs, then))  # type: ignore[no-any-return]
 
 
 async def enqueue_batch_async(
     conn: psycopg.AsyncConnection[Any], jobs: Iterable[NewJob], *, then: NewJob | None = None
 ) -> Batch:
     """``enqueue_batch`` for a ``psycopg.AsyncConnection``."""
-    return await _run_async(conn, _batch_steps(list(jobs), then))  # type: ignore[no-any-return]
+    return await _run_async(conn, _batch_steps(jobs, then))  # type: ignore[no-any-return]
 
 
 def batch_status(conn: psycopg.Connection[Any], batch_id: int) -> BatchStatus:

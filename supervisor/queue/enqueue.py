@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
+import sys
 import unicodedata
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -121,6 +123,14 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _shown(number: int) -> str:
+    """An out-of-range integer for a message: Python refuses to print one of over 4,300 digits
+    (a ValueError instead of the EnqueueError), so a long one is shown as its power of ten."""
+    if number.bit_length() <= 64:
+        return str(number)
+    return f"~{'-' if number < 0 else ''}10**{int(number.bit_length() * math.log10(2))}"
+
+
 def _int(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise EnqueueError(f"{what} must be an integer, not {type(value).__name__}")
@@ -142,6 +152,12 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
         text = _JSON.encode(args)
     except (TypeError, ValueError) as exc:
         raise EnqueueError(f"job {kind!r}: args are not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        # The C encoder recurses once per level: about a thousand levels exhaust the stack.
+        raise EnqueueError(
+            f"job {kind!r}: args are nested too deeply to encode (Python's recursion limit is "
+            f"{sys.getrecursionlimit()} levels)"
+        ) from None
     if _JSON_NUL.search(text):
         raise EnqueueError(
             f"job {kind!r}: args contain a NUL character (\\u0000), which PostgreSQL's jsonb "
@@ -168,7 +184,14 @@ def _seconds(what: str, value: float | timedelta | None) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise EnqueueError(f"{what} must be seconds or a timedelta, not {type(value).__name__}")
-    if not math.isfinite(seconds) or seconds < 0:
+    try:
+        finite = math.isfinite(seconds)
+    except OverflowError:  # an int past any float (10**400), too long even to print
+        raise EnqueueError(
+            f"{what} must be zero to a century ({MAX_DELAY_SECONDS:g}) seconds, "
+            f"got {_shown(int(seconds))}"
+        ) from None
+    if not finite or seconds < 0:
         raise EnqueueError(f"{what} must be zero or more seconds, got {value!r}")
     if seconds > MAX_DELAY_SECONDS:
         raise EnqueueError(
@@ -181,6 +204,11 @@ def _traceparent(kind: str, given: str | None, current: str | None) -> str | Non
     if given is None:
         return current
     if not tracing.valid(given):
+        if not isinstance(given, str):
+            raise EnqueueError(
+                f"job {kind!r}: traceparent must be a string (a W3C trace context), "
+                f"not {type(given).__name__}"
+            )
         raise EnqueueError(
             f"job {kind!r}: traceparent must be a W3C trace context like "
             f"00-<32 hex digits>-<16 hex digits>-01, got {given[:80]!r}"
@@ -202,19 +230,40 @@ def _remember(*names: str) -> None:
 
 
 def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
-    return _check(
-        job.kind,
-        job.args,
-        job.queue,
-        job.priority,
-        job.delay,
-        job.run_at,
-        job.max_attempts,
-        job.unique_key,
-        job.traceparent,
-        job.tenant,
-        current_trace,
-    )
+    try:
+        return _check(
+            job.kind,
+            job.args,
+            job.queue,
+            job.priority,
+            job.delay,
+            job.run_at,
+            job.max_attempts,
+            job.unique_key,
+            job.traceparent,
+            job.tenant,
+            current_trace,
+        )
+    except AttributeError:
+        if isinstance(job, NewJob):
+            raise
+        raise EnqueueError(
+            f"each job must be a NewJob, not {type(job).__name__}: {reprlib.repr(job)}"
+        ) from None
+
+
+def _rows(jobs: Iterable[NewJob], current_trace: str | None) -> list[_Row]:
+    """Every job of a bulk enqueue checked, in input order."""
+    try:
+        return [_validate(job, current_trace) for job in jobs]
+    except TypeError:
+        try:
+            iter(jobs)
+        except TypeError:
+            raise EnqueueError(
+                f"jobs must be an iterable of NewJob (a list), not {type(jobs).__name__}"
+            ) from None
+        raise  # from inside the iterable (a generator's own error): not ours to rename
 
 
 def _check(
@@ -246,14 +295,17 @@ def _check(
         priority = _int(f"job {kind!r}: priority", priority)
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
         low, high = PRIORITY_RANGE
-        raise EnqueueError(f"job {kind!r}: priority {priority} is outside {low}..{high}")
+        raise EnqueueError(f"job {kind!r}: priority {_shown(priority)} is outside {low}..{high}")
     if type(max_attempts) is not int:
         max_attempts = _int(f"job {kind!r}: max_attempts", max_attempts)
     if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
         if max_attempts < 1:
-            raise EnqueueError(f"job {kind!r}: max_attempts must be at least 1, got {max_attempts}")
+            raise EnqueueError(
+                f"job {kind!r}: max_attempts must be at least 1, got {_shown(max_attempts)}"
+            )
         raise EnqueueError(
-            f"job {kind!r}: max_attempts must be at most {MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
+            f"job {kind!r}: max_attempts must be at most {MAX_ATTEMPTS_LIMIT}, "
+            f"got {_shown(max_attempts)}"
         )
     if delay is None:
         seconds = 0.0
@@ -263,8 +315,12 @@ def _check(
         seconds = _seconds(f"job {kind!r}: delay", delay)
     if run_at is not None:
         if not isinstance(run_at, datetime):
-            raise EnqueueError(f"job {kind!r}: run_at must be a datetime")
-        if run_at.tzinfo is None:
+            raise EnqueueError(
+                f"job {kind!r}: run_at must be a datetime, not {type(run_at).__name__}"
+            )
+        # utcoffset(), not tzinfo: a tzinfo whose utcoffset() is None leaves the datetime naive
+        # (psycopg then failed with a bare TypeError).
+        if run_at.utcoffset() is None:
             raise EnqueueError(
                 f"job {kind!r}: run_at must be timezone-aware; a naive datetime is ambiguous"
             )
@@ -301,29 +357,49 @@ _Steps = Generator[_Step, Any, Any]
 
 # Where a connection keeps the cursor its enqueues reuse (see _run). A reused cursor keeps
 # psycopg's adapters for the statement it ran last, about a quarter of an enqueue's client CPU
-# (scripts/enqueue_cpu_bench.py); a new cursor per statement looked them all up again.
+# (scripts/enqueue_cpu_bench.py); a new cursor per statement looked them all up again. The sync
+# and async drivers keep theirs apart, so that each makes its first cursor itself, after
+# checking the connection's class: a sync Connection given to enqueue_async ran the INSERT and
+# only then failed on its await, a job written (committed, in autocommit) behind a TypeError.
 _CURSOR = "_pgq_enqueue_cursor"
+_ASYNC_CURSOR = "_pgq_enqueue_async_cursor"
 
 
-def _take_cursor(conn: Any) -> Any:
+def _take_cursor(conn: Any, key: str, wanted: type) -> Any:
     """The connection's enqueue cursor, taken out so that no other thread or task uses it at
     the same time (one that finds it taken makes its own), or a new one. Rows are tuples
     whatever the connection's row_factory."""
-    cursor = conn.__dict__.pop(_CURSOR, None)
+    try:
+        cursor = conn.__dict__.pop(key, None)
+    except AttributeError:  # None, a DSN string: no connection at all, refused below
+        cursor = None
     if cursor is None or cursor.closed:
+        if not isinstance(conn, wanted):
+            raise _wrong_connection(conn, wanted)
         cursor = conn.cursor(row_factory=tuple_row)
     return cursor
 
 
-def _give_back(conn: Any, cursor: Any) -> None:
+def _wrong_connection(conn: object, wanted: type) -> EnqueueError:
+    hint = ""
+    if wanted is psycopg.Connection and isinstance(conn, psycopg.AsyncConnection):
+        hint = "; await enqueue_async or enqueue_many_async with an AsyncConnection"
+    elif wanted is psycopg.AsyncConnection and isinstance(conn, psycopg.Connection):
+        hint = "; call enqueue or enqueue_many with a Connection"
+    return EnqueueError(
+        f"conn must be a psycopg.{wanted.__name__}, not {type(conn).__name__}{hint}"
+    )
+
+
+def _give_back(conn: Any, key: str, cursor: Any) -> None:
     # The cursor refers to its connection, so this is a reference cycle: a connection dropped
     # without close() is freed by the garbage collector instead of at once (psycopg warns of
     # such connections anyway). setdefault: a cursor made while this one was out is dropped.
-    conn.__dict__.setdefault(_CURSOR, cursor)
+    conn.__dict__.setdefault(key, cursor)
 
 
 def _run(conn: psycopg.Connection[Any], steps: _Steps) -> Any:
-    cursor = _take_cursor(conn)
+    cursor = _take_cursor(conn, _CURSOR, psycopg.Connection)
     reply: Any = None
     try:
         while True:
@@ -336,12 +412,12 @@ def _run(conn: psycopg.Connection[Any], steps: _Steps) -> Any:
             else:
                 reply = None
     except StopIteration as done:
-        _give_back(conn, cursor)
+        _give_back(conn, _CURSOR, cursor)
         return done.value
 
 
 async def _run_async(conn: psycopg.AsyncConnection[Any], steps: _Steps) -> Any:
-    cursor = _take_cursor(conn)
+    cursor = _take_cursor(conn, _ASYNC_CURSOR, psycopg.AsyncConnection)
     reply: Any = None
     try:
         while True:
@@ -354,11 +430,19 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], steps: _Steps) -> Any:
             else:
                 reply = None
     except StopIteration as done:
-        _give_back(conn, cursor)
+        _give_back(conn, _ASYNC_CURSOR, cursor)
         return done.value
 
 
+def _bad_notify(what: str, notify: object) -> EnqueueError:
+    # Sent as a parameter: 1 or 0 made the server fail the statement (argument of NOT must be
+    # type boolean) and so the caller's transaction; "no" was read as false.
+    return EnqueueError(f"{what}: notify must be True or False, not {type(notify).__name__}")
+
+
 def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
+    if notify is not True and notify is not False:
+        raise _bad_notify(f"job {row.kind!r}", notify)
     inserted = yield _Step("enqueue", (*row, notify), "one", positional("enqueue", _ENQUEUE_ORDER))
     while True:
         if inserted is not None:
@@ -455,6 +539,8 @@ async def enqueue_async(
 
 
 def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
+    if notify is not True and notify is not False:
+        raise _bad_notify("enqueue_many", notify)
     if not rows:
         return []
     if len(rows) == 1:
@@ -512,8 +598,7 @@ def enqueue_many(
     A job whose unique key is already held (or repeated earlier in the batch) gets the id of the
     job holding it. Every job is validated before anything is sent.
     """
-    current = tracing.current_traceparent()
-    rows = [_validate(job, current) for job in jobs]
+    rows = _rows(jobs, tracing.current_traceparent())
     return list(_run(conn, _enqueue_many_steps(rows, notify)))
 
 
@@ -521,6 +606,5 @@ async def enqueue_many_async(
     conn: psycopg.AsyncConnection[Any], jobs: Iterable[NewJob], *, notify: bool = True
 ) -> list[int]:
     """``enqueue_many`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
-    current = tracing.current_traceparent()
-    rows = [_validate(job, current) for job in jobs]
+    rows = _rows(jobs, tracing.current_traceparent())
     return list(await _run_async(conn, _enqueue_many_steps(rows, notify)))

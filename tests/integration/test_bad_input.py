@@ -3,15 +3,25 @@ stored. Everything is refused with a clear message before anything runs or is wr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+from datetime import date, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from supervisor import EnqueueError, NewJob, enqueue, enqueue_many
+from supervisor import (
+    EnqueueError,
+    NewJob,
+    enqueue,
+    enqueue_async,
+    enqueue_batch,
+    enqueue_many,
+    enqueue_many_async,
+)
 from supervisor.queue.enqueue import MAX_ARGS_BYTES
 from tests.commands import run_cli
 
@@ -174,6 +184,158 @@ def test_a_literal_backslash_u0000_in_a_string_is_stored(conn: psycopg.Connectio
     assert conn.execute("SELECT args FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone() == (args,)
     with pytest.raises(EnqueueError, match="NUL"):
         enqueue(conn, "k", {"path": "C:\\\x00"})  # a backslash, then a real NUL
+
+
+class _NoOffset(tzinfo):
+    """A tzinfo that knows no offset: a datetime with it is naive, though its tzinfo is set."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    inner = top
+    for _ in range(levels):
+        inner["a"] = inner = {}
+    return top
+
+
+# Values of the wrong type (or past what Python can even print) that reached psycopg, the
+# server or a slice before: a bare TypeError, OverflowError, RecursionError or ValueError, or a
+# server error that aborted the caller's transaction. Each is the keyword given to enqueue and
+# to NewJob (notify: to the call), and the message the EnqueueError must carry.
+WRONG_TYPES = [
+    pytest.param(
+        "traceparent", 123, "job 'k': traceparent must be a string .*, not int", id="trace-int"
+    ),
+    pytest.param("traceparent", {"a": 1}, "job 'k': traceparent .*, not dict", id="trace-dict"),
+    pytest.param("notify", 1, "notify must be True or False, not int", id="notify-1"),
+    pytest.param("notify", 0, "notify must be True or False, not int", id="notify-0"),
+    pytest.param("notify", "no", "notify must be True or False, not str", id="notify-str"),
+    pytest.param("notify", None, "notify must be True or False, not NoneType", id="notify-none"),
+    pytest.param("delay", 10**400, "job 'k': delay .* got ~10\\*\\*400", id="delay-huge"),
+    pytest.param("delay", -(10**400), "job 'k': delay .* got ~-10\\*\\*400", id="delay-neg"),
+    pytest.param(
+        "priority", 10**5000, "job 'k': priority ~10\\*\\*5000 is outside", id="priority-huge"
+    ),
+    pytest.param(
+        "max_attempts", 10**5000, "job 'k': max_attempts must be at most", id="attempts-huge"
+    ),
+    pytest.param(
+        "run_at",
+        datetime(2030, 1, 1, tzinfo=_NoOffset()),
+        "job 'k': run_at must be timezone-aware",
+        id="run_at-no-offset",
+    ),
+    pytest.param(
+        "run_at", date(2030, 1, 1), "job 'k': run_at must be a datetime, not date", id="run_at-date"
+    ),
+    pytest.param("args", _nested(5000), "job 'k': args are nested too deeply", id="args-deep"),
+]
+PYTHON_PATHS = ["enqueue", "enqueue_async", "enqueue_many", "enqueue_many_async"]
+
+
+async def _enqueue_by(path: str, conn: Any, field: str, value: Any) -> None:
+    """Enqueue a job with ``field=value`` by one path; the bulk paths put a good job first."""
+    notify = value if field == "notify" else True
+    job = {} if field == "notify" else {field: value}
+    if path == "enqueue":
+        enqueue(conn, "k", notify=notify, **job)
+    elif path == "enqueue_async":
+        await enqueue_async(conn, "k", notify=notify, **job)
+    elif path == "enqueue_many":
+        enqueue_many(conn, [NewJob("ok"), NewJob("k", **job)], notify=notify)
+    else:
+        await enqueue_many_async(conn, [NewJob("ok"), NewJob("k", **job)], notify=notify)
+
+
+@pytest.mark.parametrize("path", PYTHON_PATHS)
+@pytest.mark.parametrize(("field", "value", "says"), WRONG_TYPES)
+def test_wrong_types_are_refused_by_every_python_path_before_sending(
+    dsn: str, path: str, field: str, value: Any, says: str
+) -> None:
+    async def attempt() -> None:
+        if path.endswith("_async"):
+            conn: Any = await psycopg.AsyncConnection.connect(dsn)
+        else:
+            conn = psycopg.connect(dsn)
+        try:
+            # The caller's own write, in the transaction the enqueue joins.
+            await _maybe(conn.execute("CREATE TEMP TABLE orders AS SELECT 1 AS id"))
+            with pytest.raises(EnqueueError, match=says):
+                await _enqueue_by(path, conn, field, value)
+            # Nothing was sent: the transaction goes on and commits the caller's write.
+            cur = await _maybe(conn.execute("SELECT count(*) FROM orders"))
+            assert await _maybe(cur.fetchone()) == (1,)
+            await _maybe(conn.commit())
+        finally:
+            await _maybe(conn.close())
+
+    asyncio.run(attempt())
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+async def _maybe(result: Any) -> Any:
+    """The result of a sync or async psycopg call alike."""
+    return await result if asyncio.iscoroutine(result) else result
+
+
+def test_a_connection_of_the_other_kind_is_refused_before_sending(dsn: str) -> None:
+    """Before: enqueue_async on a sync Connection ran the INSERT, committed it (autocommit),
+    then raised TypeError on its await; enqueue on an AsyncConnection raised TypeError."""
+
+    async def attempts() -> None:
+        with psycopg.connect(dsn, autocommit=True) as sync:
+            enqueue(sync, "warm")  # the connection holds its enqueue cursor now
+            for call in (
+                lambda: enqueue_async(sync, "k"),
+                lambda: enqueue_many_async(sync, [NewJob("k"), NewJob("k")]),
+            ):
+                with pytest.raises(EnqueueError, match=r"conn must be a psycopg\.AsyncConnection"):
+                    await call()
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            for wrong in (
+                lambda: enqueue(aconn, "k"),
+                lambda: enqueue_many(aconn, [NewJob("k"), NewJob("k")]),
+            ):
+                with pytest.raises(EnqueueError, match="not AsyncConnection; await enqueue_async"):
+                    wrong()
+        for nothing in (None, dsn):
+            with pytest.raises(EnqueueError, match=r"conn must be a psycopg\.Connection, not"):
+                enqueue(nothing, "k")  # type: ignore[arg-type]
+
+    asyncio.run(attempts())
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT kind FROM pgq.jobs").fetchall() == [("warm",)]
+
+
+@pytest.mark.parametrize(
+    ("jobs", "says"),
+    [
+        (None, "jobs must be an iterable of NewJob .*, not NoneType"),
+        (NewJob("k"), "jobs must be an iterable of NewJob .*, not NewJob"),
+        ([NewJob("ok"), {"kind": "k"}], "each job must be a NewJob, not dict: {'kind': 'k'}"),
+        ([NewJob("ok"), "k"], "each job must be a NewJob, not str"),
+    ],
+)
+def test_bulk_jobs_that_are_not_new_jobs_are_refused(
+    conn: psycopg.Connection[Any], dsn: str, jobs: Any, says: str
+) -> None:
+    # Before: TypeError ('NoneType' object is not iterable) or AttributeError (no attribute 'kind').
+    with pytest.raises(EnqueueError, match=says):
+        enqueue_many(conn, jobs)
+    with pytest.raises(EnqueueError, match=says):
+        enqueue_batch(conn, jobs)
+
+    async def many_async() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            await enqueue_many_async(aconn, jobs)
+
+    with pytest.raises(EnqueueError, match=says):
+        asyncio.run(many_async())
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
 
 
 @pytest.mark.parametrize(
