@@ -8,10 +8,11 @@ Figures as text, then one JSON line.
 
 Scenarios, each on a fresh database (dropped afterwards):
 
-- listening: a session LISTENs on pgq_jobs (as a supervisor's master does) and no master has
-  raised a wake-up flag: every producer count, every path, and "before" (the enqueue statement
-  as it was before migration 0021: a NOTIFY in every transaction) and "insert_notify" (the
-  plain INSERT plus one pg_notify) beside the plain INSERT;
+- listening (jobs due now, or --delay seconds ahead): a session LISTENs on pgq_jobs (as a
+  supervisor's master does) and no master has raised a wake-up flag: every producer count,
+  every path, and "before" (the enqueue statement as it was before migration 0021: a NOTIFY in
+  every transaction) and "insert_notify" (the plain INSERT plus one pg_notify) beside the plain
+  INSERT;
 - consuming: a real supervisor (2 children, no-op jobs) serves the queue while 16 producers
   enqueue to it: its children drain, go idle, raise the flags and are woken;
 - pickup: idle children, one job every 20 ms through each path: enqueue commit to the
@@ -277,9 +278,16 @@ def main() -> int:
     parser.add_argument("--pickup-jobs", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=1, help="listening: runs per path, rotated")
     parser.add_argument(
+        "--delay",
+        type=float,
+        default=0.0,
+        help="listening: every job due this many seconds ahead ('scheduled', for the stagers)",
+    )
+    parser.add_argument(
         "--baseline", default="", help="another revision's tree: its library paths run beside"
     )
     args = parser.parse_args()
+    producers.DELAY = args.delay
     args.producers = [int(n) for n in args.producers.split(",")]
     args.paths = [p for p in args.paths.split(",") if p]
     unknown = set(args.paths) - set(producers.PATHS)
@@ -304,6 +312,7 @@ def main() -> int:
         "machine": machine(args.dsn),
         "seconds_per_run": args.seconds,
         "repeats": args.repeats,
+        "delay_seconds": args.delay,
         "baseline": args.baseline or None,
     }
     started = time.monotonic()

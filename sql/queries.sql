@@ -6,7 +6,8 @@
 -- Inserts one job through the caller's connection. A unique key that is already held by a
 -- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
--- (pgq_scheduled); a job due now wakes its queue's workers (pgq_jobs), but only when a master
+-- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10 s;
+-- they look once a second anyway); a job due now wakes its queue's workers (pgq_jobs), but only when a master
 -- has raised the queue's flag in pgq.queue_wakeups (it has a child asleep for it): an index
 -- probe finds whether one is up, and only then pgq.take_wakeups takes every raised flag no
 -- other transaction holds and notifies if it took one, so concurrent producers do not each
@@ -33,13 +34,15 @@ WITH inserted AS (
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
     DO NOTHING
-    RETURNING id, queue, state
+    RETURNING id, queue, state, run_at
 )
 SELECT
     id,
     CASE
         WHEN NOT %(notify)s THEN NULL
-        WHEN state = 'scheduled' THEN pg_notify('pgq_scheduled', '') IS NULL
+        WHEN state = 'scheduled'
+            THEN CASE WHEN pgq.wakes_stagers(run_at) THEN pg_notify('pgq_scheduled', '') IS NULL
+                 END
         WHEN EXISTS (SELECT FROM pgq.queue_wakeups AS f
                      WHERE f.queue = inserted.queue AND f.wanted)
             THEN pgq.take_wakeups(queue)
@@ -67,7 +70,7 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
 -- the ORDER BY, and the final SELECT reads the CTE in that order): two calls with the same keys
 -- in different orders then wait for each other's keys in the same order instead of
 -- deadlocking; the caller maps the ids back by key. Each returned row says its queue and
--- whether it waits for later. With %(notify)s, the queues that received due jobs are woken as
+-- whether it waits for later and is due before the stagers' next look. With %(notify)s, the queues that received due jobs are woken as
 -- in enqueue (a probe for a raised flag, then pgq.take_wakeups), in this same statement (no
 -- second round trip).
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
@@ -106,13 +109,14 @@ WITH inserted AS (
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
     DO NOTHING
-    RETURNING id, unique_key, state, queue
+    RETURNING id, unique_key, state, queue, run_at
 )
 SELECT
     id,
     unique_key,
     queue,
-    state = 'scheduled' AS scheduled,
+    -- Due later, before the stagers' next look: the caller wakes them (pgq.wakes_stagers).
+    state = 'scheduled' AND pgq.wakes_stagers(run_at) AS wakes_stagers,
     (SELECT count(*) FILTER (WHERE pgq.take_wakeups(q))
      FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS d(q)
      WHERE %(notify)s

@@ -57,6 +57,9 @@ def _use_tree(tree: str) -> None:
 
 
 ARGS = {"order": 1234, "customer": "c-42"}
+# Seconds ahead every job is due (--delay): 0 writes jobs due now; more writes them 'scheduled',
+# for the stagers, on every path (the plain INSERT writes the same row). Set before run() forks.
+DELAY = 0.0
 STATEMENT_OF = {
     "insert": "plain_insert",
     "insert_notify": "plain_insert_notify",
@@ -72,7 +75,7 @@ def _params(queue: str) -> dict[str, Any]:
         "args": Jsonb(ARGS),
         "priority": 0,
         "run_at": None,
-        "delay": 0.0,
+        "delay": DELAY,
         "max_attempts": 10,
         "unique_key": None,
         "notify": True,
@@ -85,9 +88,9 @@ def _sync_call(path: str, conn: psycopg.Connection[Any], queue: str) -> Callable
         statement, params = STATEMENTS[STATEMENT_OF[path]], _params(queue)
         return lambda: conn.execute(statement, params)
     if path == "enqueue":
-        return lambda: lib.enqueue(conn, "k", ARGS, queue=queue)
+        return lambda: lib.enqueue(conn, "k", ARGS, queue=queue, delay=DELAY)
     if path == "enqueue_many":
-        return lambda: lib.enqueue_many(conn, [lib.NewJob("k", ARGS, queue=queue)])
+        return lambda: lib.enqueue_many(conn, [lib.NewJob("k", ARGS, queue=queue, delay=DELAY)])
     raise ValueError(f"unknown path {path!r}")
 
 
@@ -129,9 +132,11 @@ async def _async_producers(
             if path == "insert_async":
                 await conn.execute(statement, params)
             elif path == "enqueue_async":
-                await lib.enqueue_async(conn, "k", ARGS, queue=queue)
+                await lib.enqueue_async(conn, "k", ARGS, queue=queue, delay=DELAY)
             else:
-                await lib.enqueue_many_async(conn, [lib.NewJob("k", ARGS, queue=queue)])
+                await lib.enqueue_many_async(
+                    conn, [lib.NewJob("k", ARGS, queue=queue, delay=DELAY)]
+                )
 
         await call()
         while time.time() < start:

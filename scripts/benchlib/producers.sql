@@ -9,9 +9,10 @@ CREATE TABLE bench_plain_jobs (LIKE pgq.jobs INCLUDING ALL);
 TRUNCATE pgq.jobs, bench_plain_jobs;
 
 -- name: plain_insert
--- The row enqueue writes for a job due now, written directly: the floor.
+-- The row enqueue writes, written directly: the floor. Due now, or %(delay)s seconds ahead.
 INSERT INTO bench_plain_jobs (queue, kind, args, priority, run_at, state, max_attempts)
-VALUES (%(queue)s, %(kind)s, %(args)s, 0, now(), 'available', 10);
+VALUES (%(queue)s, %(kind)s, %(args)s, 0, now() + make_interval(secs => %(delay)s),
+        CASE WHEN %(delay)s > 0 THEN 'scheduled' ELSE 'available' END, 10);
 
 -- name: plain_insert_notify
 -- The same, and one pg_notify in the transaction: what NOTIFY's commit lock alone costs.
@@ -24,7 +25,8 @@ SELECT pg_notify('pgq_jobs', %(queue)s)
 FROM i;
 
 -- name: sql_enqueue
-SELECT pgq.enqueue(%(kind)s, %(args)s, %(queue)s);
+SELECT pgq.enqueue(%(kind)s, %(args)s, %(queue)s,
+                   run_at => now() + make_interval(secs => %(delay)s::float8));
 
 -- name: enqueue_before
 -- The enqueue statement before migration 0021 (sql/queries.sql then), verbatim: a NOTIFY in

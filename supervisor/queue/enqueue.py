@@ -585,7 +585,8 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
             )
     # The due jobs' queues were woken by the statement itself (when their flags were up); what
     # the database wrote decides which were due, not what was asked.
-    if notify and any(scheduled for _, _, _, scheduled, _ in returned):
+    # Jobs for later wake the stagers only when one is due before their next look (0036).
+    if notify and any(wakes_stagers for _, _, _, wakes_stagers, _ in returned):
         yield _Step("notify_scheduled", {}, "none")
     return ids
 

@@ -4,9 +4,12 @@ Jobs due later wait as 'scheduled', outside the claim index, so they cost a clai
 master service moves due ones to available in bounded batches (the stage_due query NOTIFYs
 their queues, which wakes idle children on every host), then reads the earliest run_at still
 waiting (one probe of the jobs_scheduled index) and makes the master wake exactly then. A job
-scheduled meanwhile moves that moment earlier: an enqueue for later NOTIFYs pgq_scheduled, and
-a child that wrote a retry or snooze tells the master through its report pipe; either makes
-the stager look again at once. Any number of supervisors may stage at once (SKIP LOCKED).
+scheduled meanwhile moves that moment earlier: an enqueue of a job due within 10 seconds
+NOTIFYs pgq_scheduled (one due later waits for a look: the stager looks at least every
+LOOK_EVERY, and a NOTIFY per transaction would serialize the producers' commits, migration
+0036), and a child that wrote a retry or snooze tells the master through its report pipe;
+either makes the stager look again at once. Any number of supervisors may stage at once (SKIP
+LOCKED).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from supervisor.services.base import Host, Service
 log = logging.getLogger("pgq.master")
 
 # The longest the stager sleeps without looking: it catches jobs scheduled without a wake-up
-# (notify=False, another host's retries, a lost LISTEN connection) within this long.
+# (notify=False, another host's retries, a lost LISTEN connection, a job due more than 10 s
+# ahead: pgq.wakes_stagers) within this long. Keep it well under those 10 s.
 LOOK_EVERY = 1.0
 # Batches moved per run before the loop gets a turn (a backlog of due jobs is staged over
 # several turns, a few milliseconds each, never in one long stop).

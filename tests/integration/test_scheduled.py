@@ -78,9 +78,9 @@ def test_staging_notifies_each_queue_and_scheduling_wakes_the_stagers(dsn: str) 
         with psycopg.connect(dsn, autocommit=True) as conn:
             ids = enqueue_many(
                 conn,
-                [NewJob("k", queue="a", delay=60), NewJob("k", queue="b", delay=60)],
+                [NewJob("k", queue="a", delay=5), NewJob("k", queue="b", delay=5)],
             )
-            enqueue(conn, "k", queue="c", delay=60)
+            enqueue(conn, "k", queue="c", delay=5)
             _due_now(conn, ids)
             staged = scheduled.stage_due(conn)
         assert sorted(staged, key=lambda s: s.queue) == [
@@ -90,6 +90,36 @@ def test_staging_notifies_each_queue_and_scheduling_wakes_the_stagers(dsn: str) 
         got = [(n.channel, n.payload) for n in listener.notifies(timeout=1, stop_after=4)]
     assert got.count(("pgq_scheduled", "")) == 2  # one per enqueue transaction
     assert sorted(p for c, p in got if c == "pgq_jobs") == ["a", "b"]
+
+
+@pytest.mark.parametrize("path", ["enqueue", "enqueue_many", "pgq.enqueue"])
+def test_a_job_for_later_wakes_the_stagers_only_when_due_before_their_next_look(
+    dsn: str, path: str
+) -> None:
+    """A NOTIFY takes a database-wide lock at commit, so one per enqueue of a job for later
+    serialized the producers' commits; the stagers look at least once a second anyway, so only
+    a job due within 10 s (pgq.wakes_stagers) is worth waking them for."""
+
+    def enqueue_by(conn: psycopg.Connection[Any], delay: float) -> None:
+        if path == "enqueue":
+            enqueue(conn, "k", delay=delay)
+        elif path == "enqueue_many":
+            enqueue_many(conn, [NewJob("k", delay=delay), NewJob("k", delay=delay + 1)])
+        else:
+            conn.execute(
+                "SELECT pgq.enqueue('k', run_at => now() + make_interval(secs => %s))", (delay,)
+            )
+
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN pgq_scheduled")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for delay in (60.0, 11.0, 5.0):  # one transaction each
+                enqueue_by(conn, delay)
+        heard = [n.channel for n in listener.notifies(timeout=1, stop_after=3)]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            waiting = conn.execute("SELECT count(*) FROM pgq.jobs WHERE state = 'scheduled'")
+            assert waiting.fetchone()[0] == (6 if path == "enqueue_many" else 3)
+    assert heard == ["pgq_scheduled"]  # the job due in 5 s alone
 
 
 def test_several_stagers_move_each_job_once(dsn: str) -> None:
