@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from supervisor.child.weights import TenantRotation
 from supervisor.config.handlers import wants_context
 from supervisor.queue import control, outcomes, scheduled
 from supervisor.queue import jobs as jobs_api
@@ -164,10 +165,12 @@ def drain(
     connection is simplest. Scheduled jobs whose time has come are staged first, as the
     supervisor's stager would. A retried or snoozed job is due later, so a drain ends; a job whose
     kind has no handler is retried with backoff, as a worker would. ``queues`` limits the drain
-    to those queues; paused queues are skipped, as on a supervisor.
+    to those queues; paused queues are skipped, as on a supervisor. Inside a queue the tenants
+    take turns, as a child's claims rotate between them (each of weight 1 here).
     """
     report = DrainReport()
     worker = f"testing:{os.getpid()}:{time.monotonic_ns()}"
+    tenants = TenantRotation()
     while len(report.runs) < max_jobs:
         # No supervisor's stager runs here: move scheduled jobs whose time has come ourselves.
         while scheduled.stage_due(conn):
@@ -179,9 +182,11 @@ def drain(
         if not due:
             return report
         for queue in due:
+            start = tenants.resume(queue)
             claimed = jobs_api.claim(
-                conn, queue, worker=worker, limit=1, lease_seconds=lease_seconds
+                conn, queue, worker=worker, limit=1, lease_seconds=lease_seconds, resume=[start]
             )
+            tenants.advance(queue, start, claimed)
             for job in claimed:
                 report.runs.append((job, _run_claimed(conn, job, handlers)))
                 if not conn.autocommit:

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from supervisor import Discard, JobContext, Retry, Snooze, cancel, enqueue
+from supervisor import Discard, JobContext, NewJob, Retry, Snooze, cancel, enqueue, enqueue_many
 from supervisor.testing import drain, run_inline
 
 
@@ -80,3 +80,21 @@ def test_drain_runs_due_jobs_with_the_supervisors_rules(conn: psycopg.Connection
 
 def ok_later() -> None:
     pass
+
+
+def test_drain_rotates_between_a_queues_tenants_as_a_child_does(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """One tenant's backlog enqueued first does not run before another's few jobs: the drain's
+    claims take turns between tenants, as a supervisor's child would."""
+    order: list[str] = []
+
+    def record(tenant: str) -> None:
+        order.append(tenant)
+
+    enqueue_many(conn, [NewJob("record", {"tenant": "flood"}, tenant="flood") for _ in range(4)])
+    enqueue_many(conn, [NewJob("record", {"tenant": "quiet"}, tenant="quiet") for _ in range(2)])
+    enqueue(conn, "record", {"tenant": "none"})
+    drain(conn, {"record": record})
+    # Tenant keys in order ('' for none), one job a turn, each tenant's own jobs in order.
+    assert order == ["none", "flood", "quiet", "flood", "quiet", "flood", "flood"]
