@@ -19,11 +19,11 @@ def job(id: int, queue: str = "q", tenant: str | None = None, priority: int = 0)
 def test_the_first_claim_and_every_refresh_start_from_the_head() -> None:
     cursors = ClaimCursors(refresh=1.0)
     assert cursors.for_claim(["q"], 0.0) == []
-    cursors.observe([job(1), job(2)], 0.0, took=1.0)
+    cursors.observe([job(1), job(2)], 0.0, took=0.1)
     assert cursors.for_claim(["q"], 0.5) == [("q", "", 0, job(2).run_at, 2)]
     cursors.observe([job(3)], 0.5)
     assert cursors.for_claim(["q"], 1.0) == []  # due: from the head
-    cursors.observe([job(9)], 1.0, took=1.0)  # and the cursors start again from its jobs
+    cursors.observe([job(9)], 1.0, took=0.1)  # and the cursors start again from its jobs
     assert [c[4] for c in cursors.for_claim(["q"], 1.2)] == [9]
 
 
@@ -48,7 +48,7 @@ def test_an_idle_child_wakes_for_the_claim_from_the_head_only_with_cursors() -> 
     cursors = ClaimCursors(refresh=1.0)
     assert cursors.due_in(0.0) is None
     cursors.for_claim(["q"], 0.0)
-    cursors.observe([], 0.0, took=1.0)
+    cursors.observe([], 0.0, took=0.1)
     assert cursors.due_in(0.1) is None  # nothing claimed: nothing to skip
     cursors.for_claim(["q"], 0.1)
     cursors.observe([job(1)], 0.1)
@@ -65,6 +65,17 @@ def test_the_claim_from_the_head_comes_sooner_when_it_is_cheap() -> None:
     assert cursors.for_claim(["q"], 0.02) == []
     cursors.observe([job(2)], 0.02, took=0.2)  # the dead prefix walked: at most the refresh
     assert cursors.due_in(0.02) == 1.0
+
+
+def test_the_claim_from_the_head_takes_at_most_a_quarter_of_the_childs_time() -> None:
+    """A horizon held for an hour makes the walk from the head cost seconds; every refresh it
+    would take the whole child."""
+    cursors = ClaimCursors(refresh=1.0)
+    cursors.for_claim(["q"], 0.0)
+    cursors.observe([job(1)], 0.0, took=1.8)
+    assert cursors.due_in(1.8) == 7.2 - 1.8  # four walks' time after the last began
+    assert cursors.for_claim(["q"], 7.0) != []
+    assert cursors.for_claim(["q"], 7.2) == []
 
 
 def test_cursors_are_bounded() -> None:
