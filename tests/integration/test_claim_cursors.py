@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from supervisor import NewJob, complete, enqueue_many
-from supervisor.child.cursors import ClaimCursors
+from supervisor.child.cursors import HEAD_AT_MOST, ClaimCursors
 from supervisor.child.weights import TenantRotation
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim, claim_params
@@ -39,8 +39,9 @@ class Child:
             cursors=self.cursors.for_claim(["q"], self.now),
         )
         # As if each claim from the head were dear (a held horizon): the next comes only at
-        # the refresh, so the claims between start past the cursors.
-        self.cursors.observe(jobs, self.now, took=self.cursors.refresh)
+        # the refresh, so the claims between start past the cursors (the dearest walk that
+        # still comes then: dearer ones come HEAD_AT_MOST walks apart).
+        self.cursors.observe(jobs, self.now, took=self.cursors.refresh / HEAD_AT_MOST)
         self.tenants.advance("q", resume[0], jobs)
         complete(self.conn, jobs)
         return jobs
