@@ -27,6 +27,7 @@ from supervisor.services.database import MasterDatabase
 from supervisor.services.loop_session import LOOP_WAIT
 from supervisor.services.metrics_feed import QueueStatsRefresh
 from supervisor.services.vacuum import QueueVacuum
+from tests.master_session import connected
 
 CONFIG = """
 handlers: {noop: tests.handlers:noop}
@@ -106,7 +107,7 @@ def test_a_statement_the_database_never_answers_ends_within_the_loop_s_wait(
     link: tuple[SilentLink, str],
 ) -> None:
     forwarder, through = link
-    db = MasterDatabase(through, name="master", connect_timeout=5)
+    db = connected(MasterDatabase(through, name="master", connect_timeout=5))
     # Before: the loop waited until the link came back (tcp_user_timeout, 15 s, on a real
     # network); here the link comes back after 8 s, so the wait would be 8 s.
     back = threading.Timer(8.0, forwarder.restore)
@@ -140,7 +141,7 @@ def test_a_transaction_cut_off_mid_way_is_not_half_applied(
     forwarder, through = link
     conn.execute("CREATE TABLE drill_ticks (name text PRIMARY KEY, ticks int NOT NULL)")
     conn.execute("INSERT INTO drill_ticks VALUES ('a', 0)")
-    db = MasterDatabase(through, name="master", connect_timeout=5)
+    db = connected(MasterDatabase(through, name="master", connect_timeout=5))
 
     def tick(c: psycopg.Connection[Any]) -> bool:
         with c.transaction():
@@ -184,7 +185,7 @@ def test_the_side_sessions_connect_without_holding_the_loop(
 ) -> None:
     forwarder, through = link
     forwarder.cut()
-    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5))
     host = Host(db, parse_config(CONFIG, source="test.yaml"), through)
     server = MetricsServer(MetricsConfig(port=0))
     with selectors.DefaultSelector() as selector:

@@ -22,6 +22,7 @@ from supervisor.queue.migrations import available, migrate
 from supervisor.queue.queries import query
 from supervisor.services.database import MasterDatabase
 from supervisor.services.scheduler import GRACE, Scheduler, unique_key
+from tests.master_session import connected
 
 UTC = timezone.utc
 
@@ -222,7 +223,7 @@ class _Host:
     """The part of a master the scheduler uses: a session, the config, the counters."""
 
     def __init__(self, dsn: str, yaml_text: str) -> None:
-        self.db = MasterDatabase(dsn, name="test", connect_timeout=5.0)
+        self.db = connected(MasterDatabase(dsn, name="test", connect_timeout=5.0))
         self.config = parse_config(yaml_text, source="q.yaml")
         self.counters = MasterCounters()
         self.woken: list[str] = []

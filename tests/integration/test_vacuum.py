@@ -21,6 +21,7 @@ from supervisor.queue import locks
 from supervisor.services.database import MasterDatabase
 from supervisor.services.pending import PendingStatement
 from supervisor.services.vacuum import QueueVacuum
+from tests.master_session import connected
 from tests.promtext import parse
 
 CONFIG = """
@@ -105,7 +106,7 @@ def _wait_for_stat(dsn: str, column: str, at_least: int) -> int:
 @pytest.fixture
 def vacuum(dsn: str) -> Iterator[tuple[QueueVacuum, selectors.BaseSelector]]:
     config = parse_config(CONFIG, source="test.yaml")
-    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5))
     with selectors.DefaultSelector() as selector:
         service = QueueVacuum(Host(db, config, dsn), selector)
         service.configure(config.vacuum)

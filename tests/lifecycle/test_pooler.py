@@ -30,6 +30,7 @@ from supervisor.services.database import MasterDatabase
 from supervisor.services.purge import Purger
 from tests.commands import ROOT, run_cli
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
+from tests.master_session import connected
 from tests.pgbouncer import through
 
 CONFIG = """
@@ -177,7 +178,7 @@ def test_purge_through_pgbouncer(dsn: str, bouncer_port: int, tmp_path: Path) ->
             "UPDATE pgq.jobs SET state = 'discarded', finished_at = %s",
             (datetime.now(timezone.utc) - timedelta(days=30),),
         )
-    db = MasterDatabase(pooled, name="master", connect_timeout=5, pooled=True)
+    db = connected(MasterDatabase(pooled, name="master", connect_timeout=5, pooled=True))
     try:
         purger = Purger(_Host(db, config, pooled))
         purger.run_once()  # takes the turn and deletes the first slice
