@@ -6,12 +6,12 @@
 -- Inserts one job through the caller's connection. A unique key that is already held by a
 -- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
--- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10 s;
--- they look once a second anyway); a job due now wakes its queue's workers (pgq_jobs), but only when a master
--- has raised the queue's flag in pgq.queue_wakeups (it has a child asleep for it): an index
--- probe finds whether one is up, and only then pgq.take_wakeups takes every raised flag no
--- other transaction holds and notifies if it took one, so concurrent producers do not each
--- take NOTIFY's database-wide commit lock (migration 0021).
+-- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10
+-- s; they look once a second anyway); a job due now wakes its queue's workers (pgq_jobs), but
+-- only when a master has raised the queue's flag in pgq.queue_wakeups (it has a child asleep
+-- for it): an index probe finds whether one is up, and only then pgq.take_wakeups takes every
+-- raised flag no other transaction holds and notifies if it took one, so concurrent producers
+-- do not each take NOTIFY's database-wide commit lock (migration 0021).
 -- NOTIFY deduplicates identical payloads within a transaction.
 WITH inserted AS (
     INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
@@ -70,9 +70,9 @@ WHERE unique_key = ANY(%(unique_keys)s::text[])
 -- the ORDER BY, and the final SELECT reads the CTE in that order): two calls with the same keys
 -- in different orders then wait for each other's keys in the same order instead of
 -- deadlocking; the caller maps the ids back by key. Each returned row says its queue and
--- whether it waits for later and is due before the stagers' next look. With %(notify)s, the queues that received due jobs are woken as
--- in enqueue (a probe for a raised flag, then pgq.take_wakeups), in this same statement (no
--- second round trip).
+-- whether it waits for later and is due before the stagers' next look. With %(notify)s, the
+-- queues that received due jobs are woken as in enqueue (a probe for a raised flag, then
+-- pgq.take_wakeups), in this same statement (no second round trip).
 -- The arguments travel as one JSON array rather than a jsonb[]: a text array would quote and
 -- escape every object, which cost more than the insert itself.
 WITH inserted AS (
