@@ -48,7 +48,7 @@ from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim_params, execute_claim, read_claim, use_generic_plans
-from supervisor.queue.queries import parse, sql_text
+from supervisor.queue.queries import native_text, parse, sql_text
 
 LEASE = 60.0
 OLD_CLAIM = parse(sql_text("benchmarks.sql"))["claim_one_queue"]
@@ -64,8 +64,8 @@ class Drain:
 
     ``sql``: another text of the one-statement claim (an earlier sql/queries.sql's, read with
     ``claim_from``), run the way that release's child ran it: no cursors, sent through psycopg's
-    placeholders, planned at every run unless ``generic`` (a build whose child already planned
-    once: 6ba3471 and later)."""
+    placeholders (its own $n ones with ``native``: 7cbb2d1 and later), planned at every run
+    unless ``generic`` (a build whose child already planned once: 6ba3471 and later)."""
 
     def __init__(
         self,
@@ -75,11 +75,14 @@ class Drain:
         old: bool,
         sql: str | None = None,
         generic: bool = False,
+        native: bool = False,
     ) -> None:
         self.conn = conn
         self.pool = list(pool)
         self.old = old
         self.sql = sql
+        # The baseline sent with its own $n placeholders, as children from 7cbb2d1 on send it.
+        self.native = native_text(sql) if sql is not None and native else None
         self.queues = WeightedQueues(dict.fromkeys(pool, 1))
         self.tenants = TenantRotation()
         # As a child with the default poll interval (supervisor/child/cursors.py).
@@ -102,7 +105,7 @@ class Drain:
         if self.old:
             return self._claim_old(limit, done)
         order = self.queues.order(now)
-        resume = [self.tenants.resume(q) for q in order]
+        resume = self.tenants.resume_all(order)
         cursors = self.cursors.for_claim(order, now) if self.sql is None else []
         params = claim_params(
             order,
@@ -116,6 +119,9 @@ class Drain:
         started = time.perf_counter()
         if self.sql is None:
             cursor = execute_claim(self.conn, params)  # as the child sends it
+        elif self.native is not None:
+            text, names = self.native
+            cursor = psycopg.RawCursor(self.conn).execute(text, [params[n] for n in names])
         else:
             cursor = self.conn.execute(self.sql, params)
         jobs = read_claim(cursor).jobs
@@ -123,8 +129,7 @@ class Drain:
         self.queues.observe(order, jobs, limit, now)
         if self.sql is None:
             self.cursors.observe(jobs, now, time.perf_counter() - started)
-        for queue, start in zip(order, resume, strict=True):
-            self.tenants.advance(queue, start, jobs)
+        self.tenants.advance_all(order, resume, jobs)
         return jobs
 
     def _claim_old(self, limit: int, done: Sequence[Job]) -> list[Job]:
@@ -207,7 +212,12 @@ def _reset(conn: psycopg.Connection[Any]) -> None:
 
 
 def queues_shape(
-    conn: psycopg.Connection[Any], jobs: int, rounds: int, baseline: str | None = None
+    conn: psycopg.Connection[Any],
+    jobs: int,
+    rounds: int,
+    baseline: str | None = None,
+    baseline_generic: bool = False,
+    baseline_native: bool = False,
 ) -> dict[str, Any]:
     """``baseline``: also the one-statement claim of another sql/queries.sql ("main")."""
     rates: dict[str, list[float]] = {}
@@ -223,7 +233,9 @@ def queues_shape(
                 _reset(conn)
                 _fill(conn, [NewJob("k", queue="busy") for _ in range(n)])
                 sql = claim_from(baseline) if lane == "main" and baseline else None
-                drain = Drain(conn, pool, old=old, sql=sql)
+                drain = Drain(
+                    conn, pool, old=old, sql=sql, generic=baseline_generic, native=baseline_native
+                )
                 rates.setdefault(f"{count}:{lane}", []).append(drain.run(10, n))
     alone = statistics.median(rates["1:one_statement"])
     return {
@@ -258,6 +270,7 @@ def fairness_cost(
     rounds: int,
     baseline: str | None = None,
     baseline_generic: bool = False,
+    baseline_native: bool = False,
 ) -> dict[str, Any]:
     """``baseline``: also the claim of another sql/queries.sql ("main"), fairness on."""
     out: dict[str, Any] = {}
@@ -276,6 +289,7 @@ def fairness_cost(
                     old=name == "off",
                     sql=claim_from(baseline) if name == "main" and baseline else None,
                     generic=baseline_generic,
+                    native=baseline_native,
                 )
                 rates[name].append(drain.run(batch, n))
                 if drain.server_cpu is not None:
@@ -409,6 +423,12 @@ def main() -> int:
         help="plan the baseline's claim once, as this build's child does (a baseline from "
         "6ba3471 or later); otherwise it is planned at every run, as earlier children did",
     )
+    parser.add_argument(
+        "--baseline-native",
+        action="store_true",
+        help="send the baseline's claim with its own $n placeholders, as this build's child "
+        "does (a baseline from 7cbb2d1 or later); otherwise through psycopg's",
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds}
     with fresh_database(args.dsn, "claim_shapes") as db:
@@ -417,12 +437,24 @@ def main() -> int:
         # be most of what is measured, for every variant alike.
         with psycopg.connect(db, autocommit=True, options="-c synchronous_commit=off") as conn:
             if args.only in (None, "queues"):
-                figures["queues"] = queues_shape(conn, args.jobs, args.rounds, args.baseline)
+                figures["queues"] = queues_shape(
+                    conn,
+                    args.jobs,
+                    args.rounds,
+                    args.baseline,
+                    args.baseline_generic,
+                    args.baseline_native,
+                )
             if args.only in (None, "tenants"):
                 figures["tenants"] = tenants_shape(conn, args.jobs, args.rounds)
             if args.only in (None, "fairness"):
                 figures["fairness"] = fairness_cost(
-                    conn, args.jobs, args.rounds, args.baseline, args.baseline_generic
+                    conn,
+                    args.jobs,
+                    args.rounds,
+                    args.baseline,
+                    args.baseline_generic,
+                    args.baseline_native,
                 )
         if args.only in (None, "flood"):
             figures["flood"] = flood_shape(db, args.flood, args.quiet, args.rounds)

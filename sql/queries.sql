@@ -190,7 +190,8 @@ SELECT pg_notify('pgq_scheduled', '');
 -- jobs wait, spending no attempt); capped keeps at most the queue's room of what next found;
 -- then held_back gives back the queue tokens of jobs not claimed, takes the tenants' tokens
 -- for the jobs claimed and says how long a claim that took nothing may sleep. A pool without
--- limits pays one probe of the small pgq.queue_limits and nothing else.
+-- limits pays a probe of the small pgq.queue_limits per queue and nothing else; a database
+-- without limits, one probe.
 --
 -- Rows: one per claimed job, then one last row whose final column holds the ids of the finished
 -- jobs that were still ours (null when none was): a finished job missing from it had lost its
@@ -219,11 +220,15 @@ token AS (
 allowance AS (
     -- The pool's queues with limits, each with what its queue-wide limits allow now, under its
     -- queue's mutex (pgq.limit_take_all, 0013). A pool without limits skips the call: one
-    -- probe of the small pgq.queue_limits per queue.
+    -- probe of the small pgq.queue_limits per queue, none at all on a database without limits
+    -- (a pool of 1,000 queues spent 0.5 ms a claim on those probes).
     SELECT a.queue, a.allowed, a.wait, a.per_tenant, a.tenant_rated
     FROM pgq.limit_take_all(%(queues)s::text[], %(limit)s, %(done_ids)s::bigint[],
                             %(done_lease_ids)s::bigint[]) AS a
-    WHERE EXISTS (
+    -- Its first key, by the primary key (an EXISTS would drop the ORDER BY and LIMIT, and read
+    -- the table instead).
+    WHERE (SELECT l.queue FROM pgq.queue_limits AS l ORDER BY l.queue LIMIT 1) IS NOT NULL
+      AND EXISTS (
         SELECT 1
         FROM unnest(%(queues)s::text[]) AS q(queue)
         -- A probe of the primary key per queue (LIMIT: not flattened into a join).

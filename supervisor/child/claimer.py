@@ -61,7 +61,7 @@ class Claimer:
             order = [hint, *(q for q in self.queue_names if q != hint)]
         else:
             order = self.queues.order(now)
-        resume = [self.tenants.resume(q) for q in order]
+        resume = self.tenants.resume_all(order)
         cursors = self.cursors.for_claim(order, now)
 
         def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
@@ -101,8 +101,7 @@ class Claimer:
         self.board.count(Counter.CLAIMS)
         self.queues.observe(order, jobs, limit, now, charge=hint is None)
         self.cursors.observe(jobs, now, took)
-        for queue, start in zip(order, resume, strict=True):
-            self.tenants.advance(queue, start, jobs)
+        self.tenants.advance_all(order, resume, jobs)
         if not jobs:
             self.board.count(Counter.CLAIMS_EMPTY)
             if limit_wait is not None and limit_wait >= 0:

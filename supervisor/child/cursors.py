@@ -64,10 +64,14 @@ class ClaimCursors:
         if self._full:
             return []
         out: list[Cursor] = []
+        at = self._at
         for queue in order:
+            tenants = at.get(queue)
+            if not tenants:
+                continue  # most queues of a large pool: nothing claimed there since the head
             # In tenant order: the claim takes the first one at or after a key as the nearest.
             # Python's str order is the index's byte order (COLLATE "C") for UTF-8.
-            out.extend(sorted(self._at.get(queue, {}).values(), key=lambda c: c[1]))
+            out.extend(sorted(tenants.values(), key=lambda c: c[1]))
             if len(out) >= PER_CLAIM:
                 return out[:PER_CLAIM]
         return out

@@ -118,6 +118,23 @@ class TenantRotation:
         key, served = at
         return key if served < self.weight(queue, key) else key + _AFTER
 
+    def resume_all(self, order: Sequence[str]) -> list[str]:
+        """``resume`` for each queue of a claim, in ``order``: a pool of a thousand queues asks
+        for all of them at every claim, and most have no tenant to resume at."""
+        at = self._at
+        return [self.resume(queue) if queue in at else "" for queue in order]
+
+    def advance_all(self, order: Sequence[str], resume: Sequence[str], jobs: Sequence[Job]) -> None:
+        """``advance`` for each queue a claim took jobs from, ``resume`` its start in ``order``:
+        the jobs grouped once, not read again for each of the pool's queues."""
+        by_queue: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_queue.setdefault(job.queue, []).append(job)
+        for queue, start in zip(order, resume, strict=True):
+            taken = by_queue.get(queue)
+            if taken:
+                self.advance(queue, start, taken)
+
     def advance(self, queue: str, start: str, jobs: Iterable[Job]) -> None:
         """Record where a claim that started at ``start`` stopped: the last tenant it visited,
         in visiting order (from ``start`` to the end of the keys, then from the beginning)."""

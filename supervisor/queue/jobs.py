@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -102,9 +103,15 @@ def bigint_array(values: Iterable[int]) -> str:
 def text_array(values: Iterable[str]) -> str:
     """Strings as PostgreSQL's array literal (every element quoted), sent as text for the same
     reason as ``bigint_array``: the claim's lists of queues, tenants and cursors, dumped as
-    lists, cost it about 100 us of psycopg's time at every claim."""
-    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-    return "{" + ",".join(quoted) + "}"
+    lists, cost it about 100 us of psycopg's time at every claim. Each element's quoting is
+    remembered: the claim of a pool of a thousand queues sends their names, and their resume
+    points, at every claim (4.5 ms of quoting a claim)."""
+    return "{" + ",".join(map(_quoted, values)) + "}"
+
+
+@lru_cache(maxsize=8192)
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def results_param(done: Sequence[Job]) -> str:

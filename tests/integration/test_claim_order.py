@@ -52,7 +52,7 @@ class Child:
     def claim(self, limit: int = 1) -> list[Job]:
         now = time.monotonic()
         order = self.queues.order(now)
-        resume = [self.tenants.resume(q) for q in order]
+        resume = self.tenants.resume_all(order)
         jobs = claim(
             self.conn,
             order,
@@ -64,8 +64,7 @@ class Child:
         )
         self.queues.observe(order, jobs, limit, now)
         self.cursors.observe(jobs, now, took=3600.0)  # every later claim past the cursors
-        for queue, start in zip(order, resume, strict=True):
-            self.tenants.advance(queue, start, jobs)
+        self.tenants.advance_all(order, resume, jobs)
         complete(self.conn, jobs)
         return jobs
 

@@ -75,3 +75,17 @@ def test_a_weighted_tenant_is_visited_as_many_claims_as_its_weight() -> None:
         visits.append(nxt)
         rotation.advance("q", start, [job("q", nxt)])
     assert visits == ["big", "big", "big", "small", "big", "big", "big", "small"]
+
+
+def test_a_claim_of_a_large_pool_resumes_and_advances_only_where_it_took_jobs() -> None:
+    """The all-queues forms give what one call per queue gives."""
+    rotation, each = TenantRotation(), TenantRotation()
+    order = [f"q{n}" for n in range(50)]
+    jobs = [job("q7", "b"), job("q7", "a"), job("q30", "z")]
+    starts = rotation.resume_all(order)
+    assert starts == [each.resume(q) for q in order] == [""] * 50
+    rotation.advance_all(order, starts, jobs)
+    for queue, start in zip(order, starts, strict=True):
+        each.advance(queue, start, jobs)
+    assert rotation.resume_all(order) == [each.resume(q) for q in order]
+    assert rotation.resume("q7") == "b\x01" and rotation.resume("q30") == "z\x01"
