@@ -220,7 +220,7 @@ def test_a_vacuum_stopped_while_its_link_is_cut_returns_at_once_on_any_libpq(
     # run, and the stop hung for good.
     monkeypatch.setattr(psycopg.capabilities, "has_cancel_safe", lambda: False)
     forwarder, through = link
-    db = MasterDatabase(dsn, name="master", connect_timeout=5)
+    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5))
     host = Host(db, parse_config(CONFIG, source="test.yaml"), through)
     with selectors.DefaultSelector() as selector:
         vacuum = QueueVacuum(host, selector)
