@@ -162,10 +162,26 @@ class QueueVacuum(Service, Readable):
     def close(self) -> None:
         """On the way out: stop a vacuum that is still running (it is safe to cut short)."""
         if self.pending is not None:
-            conn = self.pending.conn
-            with contextlib.suppress(Exception):
-                conn.cancel_safe(timeout=2.0)
+            if psycopg.capabilities.has_cancel_safe():
+                with contextlib.suppress(Exception):
+                    self.pending.conn.cancel_safe(timeout=2.0)
+            else:
+                self._cancel_from_the_master()
         self._close()
+
+    def _cancel_from_the_master(self) -> None:
+        """Only a libpq of 17 or later cancels within a timeout. On an older one psycopg's
+        cancel_safe falls back on its cancel, which waits for the server without a limit (in C,
+        with the GIL held: the master would hang on a cut link); the psycopg-binary 3.2.0 and
+        3.2.1 wheels bundle libpq 16, a system libpq may be older. So the master's own session
+        asks the server, within its bounded wait. Not behind a pooler: the backend pid the
+        vacuum's session knows is the pooler's, and no session lock is held there anyway."""
+        pid = self.pending.conn.info.backend_pid if self.pending is not None else 0
+        if not pid or self.host.config.database.pooled:
+            return
+        self.host.db.run(
+            "vacuum cancel", lambda conn: conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        )
 
     def _close(self) -> None:
         if self.pending is None:

@@ -210,3 +210,33 @@ def test_the_side_sessions_connect_without_holding_the_loop(
             vacuum.close()
             server.close()
             db.close()
+
+
+def test_a_vacuum_stopped_while_its_link_is_cut_returns_at_once_on_any_libpq(
+    link: tuple[SilentLink, str], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on the psycopg-binary 3.2.0-3.2.1 wheels (libpq 16). Before: psycopg's cancel then
+    # waited for the server without a limit, holding the GIL: here the forwarder could not even
+    # run, and the stop hung for good.
+    monkeypatch.setattr(psycopg.capabilities, "has_cancel_safe", lambda: False)
+    forwarder, through = link
+    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5))
+    host = Host(db, parse_config(CONFIG, source="test.yaml"), through)
+    with selectors.DefaultSelector() as selector:
+        vacuum = QueueVacuum(host, selector)
+        vacuum.configure(host.config.vacuum)
+        vacuum.dead_rows = 0
+        try:
+            deadline = time.monotonic() + 30
+            while vacuum.pending is None:  # the connect advances at each check
+                assert time.monotonic() < deadline, "the vacuum never started"
+                vacuum.run_once()
+                time.sleep(0.05)
+            forwarder.cut()
+            _, took = _timed(vacuum.close)
+            assert took < LOOP_WAIT + 0.5, took
+            assert vacuum.pending is None and not selector.get_map()
+        finally:
+            forwarder.restore()
+            vacuum.close()
+            db.close()
