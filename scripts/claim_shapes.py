@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,22 @@ def claim_from(path: str) -> str:
     return parse(Path(path).read_text())["claim"]
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """Another build's claim (the queues' and fairness' "main" lane) and how that build's child
+    ran it: planned once (``generic``: 6ba3471 and later) or at every run, sent with its own
+    $n placeholders (``native``: 7cbb2d1 and later) or through psycopg's."""
+
+    sql: str
+    generic: bool = False
+    native: bool = False
+
+
 class Drain:
     """A child's claim loop on one connection: the new claim, or the previous release's.
 
-    ``sql``: another text of the one-statement claim (an earlier sql/queries.sql's, read with
-    ``claim_from``), run the way that release's child ran it: no cursors, sent through psycopg's
-    placeholders (its own $n ones with ``native``: 7cbb2d1 and later), planned at every run
-    unless ``generic`` (a build whose child already planned once: 6ba3471 and later)."""
+    ``baseline``: another build's one-statement claim, run the way that build's child ran it
+    (no cursors)."""
 
     def __init__(
         self,
@@ -73,16 +83,15 @@ class Drain:
         pool: Sequence[str],
         *,
         old: bool,
-        sql: str | None = None,
-        generic: bool = False,
-        native: bool = False,
+        baseline: Baseline | None = None,
     ) -> None:
         self.conn = conn
         self.pool = list(pool)
         self.old = old
-        self.sql = sql
-        # The baseline sent with its own $n placeholders, as children from 7cbb2d1 on send it.
-        self.native = native_text(sql) if sql is not None and native else None
+        self.sql = baseline.sql if baseline is not None else None
+        self.native = (
+            native_text(baseline.sql) if baseline is not None and baseline.native else None
+        )
         self.queues = WeightedQueues(dict.fromkeys(pool, 1))
         self.tenants = TenantRotation()
         # As a child with the default poll interval (supervisor/child/cursors.py).
@@ -95,7 +104,7 @@ class Drain:
         self._backend = _local_backend(conn)
         # Planned as each release's child plans it: this one once (use_generic_plans), the
         # earlier ones at every run.
-        if old or (sql is not None and not generic):
+        if old or (baseline is not None and not baseline.generic):
             conn.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
         else:
             use_generic_plans(conn)
@@ -117,11 +126,8 @@ class Drain:
             cursors=cursors,
         )
         started = time.perf_counter()
-        if self.sql is None:
-            cursor = execute_claim(self.conn, params)  # as the child sends it
-        elif self.native is not None:
-            text, names = self.native
-            cursor = psycopg.RawCursor(self.conn).execute(text, [params[n] for n in names])
+        if self.sql is None or self.native is not None:
+            cursor = execute_claim(self.conn, params, self.native)  # as the child sends it
         else:
             cursor = self.conn.execute(self.sql, params)
         jobs = read_claim(cursor).jobs
@@ -215,9 +221,7 @@ def queues_shape(
     conn: psycopg.Connection[Any],
     jobs: int,
     rounds: int,
-    baseline: str | None = None,
-    baseline_generic: bool = False,
-    baseline_native: bool = False,
+    baseline: Baseline | None = None,
 ) -> dict[str, Any]:
     """``baseline``: also the one-statement claim of another sql/queries.sql ("main")."""
     rates: dict[str, list[float]] = {}
@@ -232,10 +236,7 @@ def queues_shape(
                 n = jobs if not old or count <= 10 else jobs // 20
                 _reset(conn)
                 _fill(conn, [NewJob("k", queue="busy") for _ in range(n)])
-                sql = claim_from(baseline) if lane == "main" and baseline else None
-                drain = Drain(
-                    conn, pool, old=old, sql=sql, generic=baseline_generic, native=baseline_native
-                )
+                drain = Drain(conn, pool, old=old, baseline=baseline if lane == "main" else None)
                 rates.setdefault(f"{count}:{lane}", []).append(drain.run(10, n))
     alone = statistics.median(rates["1:one_statement"])
     return {
@@ -268,9 +269,7 @@ def fairness_cost(
     conn: psycopg.Connection[Any],
     jobs: int,
     rounds: int,
-    baseline: str | None = None,
-    baseline_generic: bool = False,
-    baseline_native: bool = False,
+    baseline: Baseline | None = None,
 ) -> dict[str, Any]:
     """``baseline``: also the claim of another sql/queries.sql ("main"), fairness on."""
     out: dict[str, Any] = {}
@@ -287,9 +286,7 @@ def fairness_cost(
                     conn,
                     ["q"],
                     old=name == "off",
-                    sql=claim_from(baseline) if name == "main" and baseline else None,
-                    generic=baseline_generic,
-                    native=baseline_native,
+                    baseline=baseline if name == "main" else None,
                 )
                 rates[name].append(drain.run(batch, n))
                 if drain.server_cpu is not None:
@@ -430,6 +427,11 @@ def main() -> int:
         "does (a baseline from 7cbb2d1 or later); otherwise through psycopg's",
     )
     args = parser.parse_args()
+    baseline = (
+        Baseline(claim_from(args.baseline), args.baseline_generic, args.baseline_native)
+        if args.baseline
+        else None
+    )
     figures: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds}
     with fresh_database(args.dsn, "claim_shapes") as db:
         migrate(db)
@@ -437,25 +439,11 @@ def main() -> int:
         # be most of what is measured, for every variant alike.
         with psycopg.connect(db, autocommit=True, options="-c synchronous_commit=off") as conn:
             if args.only in (None, "queues"):
-                figures["queues"] = queues_shape(
-                    conn,
-                    args.jobs,
-                    args.rounds,
-                    args.baseline,
-                    args.baseline_generic,
-                    args.baseline_native,
-                )
+                figures["queues"] = queues_shape(conn, args.jobs, args.rounds, baseline)
             if args.only in (None, "tenants"):
                 figures["tenants"] = tenants_shape(conn, args.jobs, args.rounds)
             if args.only in (None, "fairness"):
-                figures["fairness"] = fairness_cost(
-                    conn,
-                    args.jobs,
-                    args.rounds,
-                    args.baseline,
-                    args.baseline_generic,
-                    args.baseline_native,
-                )
+                figures["fairness"] = fairness_cost(conn, args.jobs, args.rounds, baseline)
         if args.only in (None, "flood"):
             figures["flood"] = flood_shape(db, args.flood, args.quiet, args.rounds)
     for section, table in figures.items():

@@ -7,9 +7,9 @@ variants interleaved round by round so all see the same cache and vacuum state; 
 go back to available after each claim. The session is set up as a child's (generic plans,
 sequential scans priced out, no JIT: use_generic_plans) and sends each variant as the child
 sends the claim (its own $n placeholders, a RawCursor); --planned-each-run measures without.
-"limits: tenant, 0013's finish" is the per-tenant
-variant with the claim's end as 0013 wrote it (one pgq.tenant_spend call per tenant claimed),
-put back for its turns: the cost 0031 took away. Prints a table and, as the last line, JSON.
+"limits: tenant, 0013's finish" is the per-tenant variant with the claim's end as 0013 wrote it
+(one pgq.tenant_spend call per tenant claimed), put back for its turns: the cost 0031 took
+away. Prints a table and, as the last line, JSON.
 
     .venv/bin/python scripts/limit_claim_cost.py [--baseline FILE] [--rounds 3] [--claims 1000]
 """
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.common import fresh_database
 
 from supervisor import migrate
-from supervisor.queue.jobs import claim_params, read_claim, use_generic_plans
+from supervisor.queue.jobs import claim_params, execute_claim, read_claim, use_generic_plans
 from supervisor.queue.limits import Limits, write_limits
 from supervisor.queue.queries import native_text, parse, query
 
@@ -58,12 +58,11 @@ def finish_of_0013() -> str:
 
 def latencies(conn: psycopg.Connection[Any], sql: str, claims: int, batch: int) -> list[float]:
     params = claim_params(["pdf"], worker="bench", limit=batch, lease_seconds=60)
-    text, names = native_text(sql)
-    values = [params[name] for name in names]
+    statement = native_text(sql)
     found = []
     for _ in range(claims):
         started = time.perf_counter()
-        jobs = read_claim(psycopg.RawCursor(conn).execute(text, values)).jobs
+        jobs = read_claim(execute_claim(conn, params, statement)).jobs
         found.append((time.perf_counter() - started) * 1000)
         assert len(jobs) == batch, len(jobs)
         conn.execute(

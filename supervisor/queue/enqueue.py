@@ -434,15 +434,15 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], steps: _Steps) -> Any:
         return done.value
 
 
-def _bad_notify(what: str, notify: object) -> EnqueueError:
+def _check_notify(what: str, notify: object) -> None:
     # Sent as a parameter: 1 or 0 made the server fail the statement (argument of NOT must be
     # type boolean) and so the caller's transaction; "no" was read as false.
-    return EnqueueError(f"{what}: notify must be True or False, not {type(notify).__name__}")
+    if notify is not True and notify is not False:
+        raise EnqueueError(f"{what}: notify must be True or False, not {type(notify).__name__}")
 
 
 def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
-    if notify is not True and notify is not False:
-        raise _bad_notify(f"job {row.kind!r}", notify)
+    _check_notify(f"job {row.kind!r}", notify)
     inserted = yield _Step("enqueue", (*row, notify), "one", positional("enqueue", _ENQUEUE_ORDER))
     while True:
         if inserted is not None:
@@ -539,8 +539,7 @@ async def enqueue_async(
 
 
 def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
-    if notify is not True and notify is not False:
-        raise _bad_notify("enqueue_many", notify)
+    _check_notify("enqueue_many", notify)
     if not rows:
         return []
     if len(rows) == 1:

@@ -201,10 +201,16 @@ def send_claim(
     return execute_claim(conn, params)
 
 
-def execute_claim(conn: psycopg.Connection[Any], params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+def execute_claim(
+    conn: psycopg.Connection[Any],
+    params: Mapping[str, Any],
+    statement: tuple[str, tuple[str, ...]] | None = None,
+) -> psycopg.Cursor[Any]:
     """Run the claim with ``claim_params``'s parameters, sent with the statement's own ``$n``
-    placeholders (``queries.native``: psycopg would parse its text again at every run)."""
-    text, names = native("claim")
+    placeholders (``queries.native``: psycopg would parse its text again at every run).
+    ``statement``: another claim's text in that form (``queries.native_text``; the benchmarks'
+    earlier claims)."""
+    text, names = statement or native("claim")
     return psycopg.RawCursor(conn).execute(text, [params[name] for name in names])
 
 
