@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from supervisor.services.database import MasterDatabase
+from supervisor.services.vacuum import QueueVacuum
 
 
 def connected(db: MasterDatabase, timeout: float = 15.0) -> MasterDatabase:
@@ -16,3 +17,13 @@ def connected(db: MasterDatabase, timeout: float = 15.0) -> MasterDatabase:
         assert time.monotonic() < deadline, f"the master's session never connected ({db.name})"
         time.sleep(0.01)
     return db
+
+
+def vacuum_started(vacuum: QueueVacuum, timeout: float) -> None:
+    """Check ``vacuum`` until its vacuum runs: its own session's connect advances a moment per
+    check, as the master's does."""
+    deadline = time.monotonic() + timeout
+    while vacuum.pending is None:
+        assert time.monotonic() < deadline, "the vacuum never started"
+        vacuum.run_once()
+        time.sleep(0.02)

@@ -27,7 +27,7 @@ from supervisor.services.database import MasterDatabase
 from supervisor.services.loop_session import LOOP_WAIT
 from supervisor.services.metrics_feed import QueueStatsRefresh
 from supervisor.services.vacuum import QueueVacuum
-from tests.master_session import connected
+from tests.master_session import connected, vacuum_started
 
 CONFIG = """
 handlers: {noop: tests.handlers:noop}
@@ -200,11 +200,7 @@ def test_the_side_sessions_connect_without_holding_the_loop(
                 assert took < 0.5, (service.name, took)
             assert stats.pending is None and vacuum.pending is None
             forwarder.restore()
-            deadline = time.monotonic() + 30
-            while vacuum.pending is None:  # the connect goes on at each check, and is made
-                assert time.monotonic() < deadline, "the vacuum never started"
-                vacuum.run_once()
-                time.sleep(0.05)
+            vacuum_started(vacuum, timeout=30)  # the connect goes on at each check, and is made
         finally:
             stats.close()
             vacuum.close()
@@ -227,11 +223,7 @@ def test_a_vacuum_stopped_while_its_link_is_cut_returns_at_once_on_any_libpq(
         vacuum.configure(host.config.vacuum)
         vacuum.dead_rows = 0
         try:
-            deadline = time.monotonic() + 30
-            while vacuum.pending is None:  # the connect advances at each check
-                assert time.monotonic() < deadline, "the vacuum never started"
-                vacuum.run_once()
-                time.sleep(0.05)
+            vacuum_started(vacuum, timeout=30)
             forwarder.cut()
             _, took = _timed(vacuum.close)
             assert took < LOOP_WAIT + 0.5, took

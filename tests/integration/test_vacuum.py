@@ -21,7 +21,7 @@ from supervisor.queue import locks
 from supervisor.services.database import MasterDatabase
 from supervisor.services.pending import PendingStatement
 from supervisor.services.vacuum import QueueVacuum
-from tests.master_session import connected
+from tests.master_session import connected, vacuum_started
 from tests.promtext import parse
 
 CONFIG = """
@@ -166,11 +166,7 @@ def test_a_vacuum_cut_short_at_stop_leaves_nothing_behind(
     service, selector = vacuum
     _dead_rows(dsn, 150)
     _wait_for_stat(dsn, "n_dead_tup", 100)
-    deadline = time.monotonic() + 15
-    while service.pending is None:  # its session's connect advances a moment per check
-        assert time.monotonic() < deadline, "the vacuum never started"
-        service.run_once()
-        time.sleep(0.01)
+    vacuum_started(service, timeout=15)
     service.close()
     assert service.pending is None and not selector.get_map()
     with psycopg.connect(dsn, autocommit=True) as conn:
