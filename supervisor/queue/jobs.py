@@ -114,6 +114,12 @@ def _quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def timestamp_array(values: Iterable[datetime]) -> str:
+    """Timestamps as an array literal: ISO 8601 needs no escaping, and the cursors' differ at
+    every claim, so text_array's remembered quoting would only churn its cache."""
+    return "{" + ",".join(v.isoformat() for v in values) + "}"
+
+
 def results_param(done: Sequence[Job]) -> str:
     """The finished jobs' return values as the claim's JSON array of [id, value] pairs. Built
     as text from values already encoded when the handler returned, so a batch without results
@@ -160,7 +166,7 @@ def claim_params(
         "cursor_queues": text_array(c[0] for c in cursors),
         "cursor_tenants": text_array(c[1] for c in cursors),
         "cursor_priorities": bigint_array(c[2] for c in cursors),
-        "cursor_run_ats": text_array(c[3].isoformat() for c in cursors),
+        "cursor_run_ats": timestamp_array(c[3] for c in cursors),
         "cursor_ids": bigint_array(c[4] for c in cursors),
         "limit": limit,
         "worker": worker,
