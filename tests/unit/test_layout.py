@@ -129,7 +129,16 @@ def test_the_package_has_no_import_cycle(package: dict[str, set[str]]) -> None:
 
 
 def test_the_scripts_have_no_import_cycle() -> None:
-    assert cycles(graph(SCRIPTS, "")) == []
+    # Each kind of script (benchmarks, drills, demo, tools) is run from its own folder, which
+    # is on its path: its modules import each other by their names there.
+    kinds = sorted(
+        path for path in SCRIPTS.iterdir() if path.is_dir() and path.name != "__pycache__"
+    )
+    assert [kind.name for kind in kinds] == ["benchmarks", "demo", "drills", "tools"]
+    for kind in kinds:
+        edges = graph(kind, "")
+        assert any(edges.values()) or kind.name == "tools", f"{kind}: no import seen"
+        assert cycles(edges) == []
 
 
 def test_the_library_imports_nothing_but_itself(package: dict[str, set[str]]) -> None:
