@@ -59,14 +59,6 @@ def cli_query(name: str) -> str:
     return query(name)
 
 
-def server_clock(conn: psycopg.Connection[Any]) -> datetime:
-    """The database's now(): ages and cutoffs use the server's clock, not this machine's."""
-    row = conn.execute(query("clock")).fetchone()
-    assert row is not None
-    moment: datetime = row[0]
-    return moment
-
-
 def duration_arg(text: str) -> float:
     """An argparse type: ``30s``, ``1h30m``, ``2d`` or a number of seconds."""
     try:

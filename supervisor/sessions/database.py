@@ -12,7 +12,7 @@ read-only (a failover demoted it) or ended is dropped and reopened, like a broke
 
 A database that does not answer at all (the network to it is cut) is the loop's other risk:
 every wait of ``run`` ends by LOOP_WAIT, and a connect is driven a step at a time across turns
-(supervisor.services.loop_session), so no turn waits on the network for more than a moment and
+(supervisor.sessions.loop_session), so no turn waits on the network for more than a moment and
 /livez answers throughout. An abandoned transaction is ended by the server (the session's
 ``idle_in_transaction_session_timeout``) rather than holding its locks until the dead
 connection is noticed.
@@ -30,7 +30,7 @@ import psycopg
 
 from supervisor.queue.dsn import DatabaseError, describe, session_lost
 from supervisor.queue.queries import query
-from supervisor.services.loop_session import LOOP_WAIT, Connecting, LoopConnection
+from supervisor.sessions.loop_session import LOOP_WAIT, Connecting, LoopConnection
 
 log = logging.getLogger("pgq.master")
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.tables import age, iso, safe, table
 from supervisor.config import Config
 from supervisor.config.limits import limit_rows
 from supervisor.queue import limits as limits_db
 from supervisor.queue.limits import LimitUse, TenantBacklog, format_rate
+from supervisor.views.text import age, iso, safe, table
 
 
 @dataclass

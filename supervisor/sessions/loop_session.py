@@ -18,7 +18,7 @@ which also answers /livez, reaps children and handles signals, cannot wait that 
   resolver (an address, or a local resolver, avoids it).
 
 No thread (the master forks) and no statement of the master's that takes long (VACUUM, the
-queue figures) goes through here: those are sent without waiting (supervisor.services.pending).
+queue figures) goes through here: those are sent without waiting (supervisor.sessions.pending).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ RV = TypeVar("RV")
 
 # How long the loop waits for the database's answer to one piece of work (all its statements).
 # The master's statements take milliseconds; the server cuts one short well before this
-# (STATEMENT_TIMEOUT in supervisor.services.database), so only a database that does not answer
+# (STATEMENT_TIMEOUT in supervisor.sessions.database), so only a database that does not answer
 # at all (the network is gone, the server froze) reaches it. /livez answers within about this.
 LOOP_WAIT = 1.5
 

@@ -14,16 +14,17 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli import limits_view, schedules
-from supervisor.cli.limits_view import LimitsView
-from supervisor.cli.schedules import ScheduleRow
-from supervisor.cli.tables import age, clock_time, iso, safe, table
 from supervisor.config import Config, PoolConfig
 from supervisor.doctor import Check
 from supervisor.doctor.horizon import read_culprits
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
 from supervisor.queue.unknown import count_unknown
+from supervisor.views import limits as limits_view
+from supervisor.views import schedules
+from supervisor.views.limits import LimitsView
+from supervisor.views.schedules import ScheduleRow
+from supervisor.views.text import age, clock_time, iso, safe, table
 
 # A queue whose oldest ready job has waited longer than this is flagged: at 3 a.m. that is the
 # first sign that workers are missing, stuck or outnumbered.
