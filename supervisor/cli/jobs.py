@@ -242,13 +242,21 @@ def jobs_resolve(ctx: Context) -> int:
     a = ctx.args
     with session(ctx) as conn, conn.transaction():
         done = unknown.resolve(conn, a.ids, a.resolution, history=ctx.config.history.enabled)
+    code = MasterExit.OK
+    then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
     for job in done:
-        then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
+        if job.state == "held":
+            code = _fail(
+                f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: not retried, its "
+                f"unique key is held by job {job.holder}; it stays unknown (resolve it as "
+                "completed or discarded, or retry it once that job has ended)"
+            )
+            continue
         print(f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: {then[job.state]}")
     left = sorted(set(a.ids) - {j.id for j in done})
     if left:
         return _fail(f"not unknown, left as they are: {listing(left)}")
-    return MasterExit.OK
+    return code
 
 
 def jobs_cancel(ctx: Context) -> int:

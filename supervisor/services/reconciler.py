@@ -158,7 +158,27 @@ def run_round(
         for row in rows:
             job = UnknownOutcome(*row[:-1])
             token = row[-1]
-            _ask(conn, hooks[job.kind], job, token, backoff=backoff, history=history)
+            try:
+                _ask(conn, hooks[job.kind], job, token, backoff=backoff, history=history)
+            except psycopg.Error as exc:
+                # One job's answer that cannot be written (autocommit: nothing else is undone)
+                # must not leave the rest of the round held and unasked.
+                log.error(
+                    "reconcile answer for job %s (%s) on queue %s could not be written: %s: "
+                    "%s; it stays unknown and is asked again after the round's hold",
+                    job.id,
+                    job.kind,
+                    job.queue,
+                    type(exc).__name__,
+                    exc,
+                    extra={"job_id": job.id, "kind": job.kind, "queue": job.queue},
+                )
+                if conn.closed:
+                    log.error(
+                        "reconcile round lost its connection; the round's other jobs stay "
+                        "unknown and are asked again after its hold"
+                    )
+                    break
     return 0
 
 
@@ -204,6 +224,18 @@ def _ask(
         )
         return
     done = resolve(conn, [job.id], answer, history=history, token=token)
+    if done and done[0].state == "held":
+        error = f"reconcile hook answered retry, but job {done[0].holder} holds its unique key"
+        _defer(conn, job, token, backoff, error)
+        log.warning(
+            "job %s (%s) on queue %s not retried: job %s holds its unique key; it stays unknown",
+            job.id,
+            job.kind,
+            job.queue,
+            done[0].holder,
+            extra=fields,
+        )
+        return
     if done:
         log.info(
             "job %s (%s) on queue %s reconciled as %s by its hook",
