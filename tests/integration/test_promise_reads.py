@@ -1,0 +1,128 @@
+"""The "read" items of issue 30, each reproduced on a real database: found by reading the code,
+shown here failing before their fix."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from supervisor.queue.migrations import available, migrate
+
+ONE_CHILD = """
+handlers:
+  sleep: tests.handlers:sleep
+pools:
+  main: {processes: 1, batch: 1, queues: {default: 1}}
+"""
+
+
+def _worker(dsn: str, tmp_path: Path) -> Any:
+    from supervisor.child.spec import ChildSpec
+    from supervisor.child.worker import Worker
+    from supervisor.config import load_config
+    from supervisor.shared.board import Board
+
+    path = tmp_path / "q.yaml"
+    path.write_text(ONE_CHILD)
+    config = load_config(path)
+    return Worker(
+        ChildSpec(
+            config=config,
+            pool=config.pools["main"],
+            slot=1,
+            worker_id="w",
+            dsn=dsn,
+            handlers={},
+            kinds=[],
+            board=Board(1),
+            wake_fd=-1,
+            report_fd=-1,
+            master_pid=os.getpid(),
+            max_jobs=None,
+            inherited_fds=[],
+        )
+    )
+
+
+def _settings(conn: psycopg.Connection[Any]) -> tuple[str, str, str]:
+    row = conn.execute(
+        "SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'), "
+        "current_setting('jit')"
+    ).fetchone()
+    assert row is not None
+    return row
+
+
+def test_a_session_a_handlers_question_reopens_gets_the_generic_plan_settings(
+    dsn: str, tmp_path: Path
+) -> None:
+    """The child's session was lost while its handler ran; the handler's next question opens
+    the new one, which then serves every claim after it. It must be set up like any other."""
+    session = _worker(dsn, tmp_path).parts.session
+    assert session.connect()
+    assert _settings(session.conn) == ("force_generic_plan", "off", "off")
+    session.discard()  # lost (a failover): the next question reconnects
+    assert session.ask(_settings) == ("force_generic_plan", "off", "off")
+    session.discard()
+
+
+def test_an_upgrade_from_0008_builds_the_history_index_without_holding_the_job_table(
+    empty_dsn: str,
+) -> None:
+    """0009 added columns to pgq.jobs (an exclusive lock, held to its transaction's end) and
+    then built the history's id index over every partition in that same transaction: on an
+    upgrade, every enqueue, claim and completion waited for the whole build."""
+    migrate(empty_dsn, shipped=[m for m in available() if m.version <= 8])
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgq.ensure_history_partitions(now(), 2)")
+        # Enough history that each build takes a while to sample.
+        conn.execute(
+            "INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, "
+            "finished_at) SELECT g, 'q', 'k', 'completed', 1, now(), now() "
+            "FROM generate_series(1, 400000) AS g"
+        )
+    seen: list[tuple[str, bool]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(empty_dsn, autocommit=True) as watcher:
+            while not stop.is_set():
+                seen.extend(
+                    watcher.execute(
+                        """
+                        SELECT p.command, EXISTS (
+                                   SELECT 1 FROM pg_locks AS l
+                                   WHERE l.pid = p.pid AND l.granted
+                                     AND l.relation = 'pgq.jobs'::regclass)
+                        FROM pg_stat_progress_create_index AS p
+                        WHERE p.datname = current_database()
+                          AND p.relid::regclass::text LIKE 'pgq.job_history%'
+                        """
+                    ).fetchall()
+                )
+                time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        migrate(empty_dsn)
+    finally:
+        stop.set()
+        sampler.join()
+    assert seen, "no history index build was sampled"
+    assert not [s for s in seen if s[1]], f"built holding pgq.jobs: {seen[:3]}"
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        valid = conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'pgq.job_history_id'::regclass"
+        ).fetchone()
+        assert valid == (True,)
+        plan = conn.execute(
+            "EXPLAIN SELECT * FROM pgq.job_history WHERE id = 7 AND finished_at > now() - "
+            "interval '1 day'"
+        ).fetchall()
+        assert "job_history" in str(plan) and "Index" in str(plan)
