@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
+from supervisor import enqueue
 from supervisor.queue.migrations import available, migrate
 
 ONE_CHILD = """
@@ -126,3 +128,41 @@ def test_an_upgrade_from_0008_builds_the_history_index_without_holding_the_job_t
             "interval '1 day'"
         ).fetchall()
         assert "job_history" in str(plan) and "Index" in str(plan)
+
+
+@pytest.mark.slow
+def test_a_batch_of_large_results_is_completed_and_kept(conn: psycopg.Connection[Any]) -> None:
+    """results.max_size may be 64 MiB, and a batch's completions carried every result in one
+    parameter, cast to one jsonb array: five results of 60 MiB passed jsonb's 256 MiB and the
+    completion failed (past 1 GiB the server ends the session: the child reconnected and sent
+    it again, forever)."""
+    from supervisor import claim, result
+    from supervisor.queue import jobs as jobs_api
+
+    ids = [enqueue(conn, "render", {"n": n}) for n in range(5)]
+    claimed = claim(conn, "default", worker="h:1:a", limit=5)
+    assert sorted(j.id for j in claimed) == sorted(ids)
+    big = '"' + "x" * (60 * 1024 * 1024) + '"'
+    done = [j._replace(result=big) for j in claimed]
+    written = jobs_api.complete(conn, done)
+    assert sorted(j.id for j in written.kept) == sorted(ids) and written.lost == []
+    assert all(len(result(conn, job_id)) == 60 * 1024 * 1024 for job_id in ids)
+
+
+def test_results_travel_in_runs_under_the_statement_limit() -> None:
+    from datetime import datetime, timezone
+
+    from supervisor.queue.jobs import Job, results_chunks
+
+    now = datetime.now(timezone.utc)
+    jobs = [
+        Job(i, "q", "k", {}, 0, now, 1, 3, 1, now, now)._replace(result=text)
+        for i, text in enumerate(["x" * 40, None, "x" * 70, "x" * 200, "x" * 10])
+    ]
+    assert [[j.id for j in run] for run in results_chunks(jobs, limit=100)] == [
+        [0, 1],
+        [2],
+        [3],
+        [4],
+    ]
+    assert results_chunks(jobs[:2], limit=100) == [jobs[:2]]
