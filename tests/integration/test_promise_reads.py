@@ -166,3 +166,28 @@ def test_results_travel_in_runs_under_the_statement_limit() -> None:
         [4],
     ]
     assert results_chunks(jobs[:2], limit=100) == [jobs[:2]]
+
+
+def test_a_queue_at_its_limit_keeps_the_first_jobs_the_walk_found(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """capped keeps a queue's allowance of what the walk locked. It took LIMIT allowed of them
+    with no order: nothing said which, so a tenant's later job could be claimed before its
+    earlier one. This pins the order: each tenant's first jobs, in claim order, and the rest
+    on the next claims, none skipped. (The plan of the day happened to keep the walk's order,
+    so this did not fail before; the change makes it a guarantee, not an accident.)"""
+    from supervisor import NewJob, enqueue_many
+    from supervisor.queue import jobs as jobs_api
+    from supervisor.queue.limits import Limits, write_limits
+
+    write_limits(conn, [Limits("hooks", concurrency=2)], ["hooks"], "test")
+    jobs = [NewJob("k", {"n": n}, queue="hooks", priority=p) for n, p in enumerate([0, 5, 3, 9])]
+    ids = enqueue_many(conn, jobs)
+    order = [ids[3], ids[1], ids[2], ids[0]]  # by priority, highest first
+    seen: list[int] = []
+    while len(seen) < 4:
+        claimed = jobs_api.read_claim(jobs_api.send_claim(conn, "hooks", worker="w", limit=4))
+        assert len(claimed.jobs) <= 2
+        seen += [j.id for j in claimed.jobs]
+        jobs_api.complete(conn, claimed.jobs)
+    assert seen == order
