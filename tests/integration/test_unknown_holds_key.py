@@ -26,6 +26,7 @@ from supervisor.queue.migrations import available, migrate
 from supervisor.queue.queries import parse
 from supervisor.queue.unknown import resolve
 from supervisor.services.reconciler import run_round
+from tests.integration.operator_helpers import Cli, Restore
 
 PREVIOUS = parse((Path(__file__).parent / "data" / "previous_enqueue.sql").read_text())
 
@@ -177,7 +178,12 @@ def test_concurrent_enqueues_of_a_new_key_wait_and_share_one_job(dsn: str) -> No
         assert got == [mine]
 
 
-def test_a_duplicate_from_before_the_upgrade_stops_migrate_until_resolved(empty_dsn: str) -> None:
+def test_a_duplicate_from_before_the_upgrade_stops_migrate_until_resolved(
+    empty_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The old rule may already have let a second job take an unknown job's key: the index
     cannot be built over that, so migrate refuses, naming both jobs, and a retry of the unknown
     one is refused while the other holds the key; resolved otherwise, migrate goes on."""
@@ -208,6 +214,14 @@ def test_a_duplicate_from_before_the_upgrade_stops_migrate_until_resolved(empty_
 
         (held,) = resolve(conn, [first], "retry")
         assert (held.state, held.holder) == ("held", second)
+        monkeypatch.setenv("PGQ_DSN", empty_dsn)
+        restore = Restore()
+        try:
+            said = Cli(tmp_path, capsys)("jobs", "resolve", str(first), "--as", "retry")
+        finally:
+            restore()
+        assert said.code == 1, said
+        assert f"unique key is held by job {second}; it stays unknown" in said.err
         assert _holders(conn, "charge:7") == [(first, "unknown"), (second, "available")]
 
         resolve(conn, [first], "discarded")
