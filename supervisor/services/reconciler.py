@@ -206,7 +206,7 @@ def _ask(
     fields = {"job_id": job.id, "kind": job.kind, "queue": job.queue, "attempt": job.attempt}
     try:
         answer = hook(job)
-    except Exception as exc:
+    except BaseException as exc:  # a hook's SystemExit is its failure, not the round's end
         # The hook's message may quote the job's arguments: their redacted values stay out.
         said = scrub(f"{type(exc).__name__}: {exc}", job.args, redact)
         _defer(conn, job, token, backoff, f"reconcile hook failed: {said}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,7 @@ def test_one_job_that_fails_does_not_stop_the_reconcile_round(
     broken = _unknown(conn, {"order": 1}, "charge:1")
     keyed = _unknown(conn, {"order": 2}, "charge:2")
     plain = _unknown(conn, {"order": 3}, None)
+    exits = _unknown(conn, {"order": 4}, None)
     # A retried request for order 2 while its charge is unknown: before, a second job (and a
     # second charge), and the hook's "retry" below then failed on the unique index.
     assert enqueue(conn, "charge_card", {"order": 2}, unique_key="charge:2") == keyed
@@ -111,13 +113,15 @@ def test_one_job_that_fails_does_not_stop_the_reconcile_round(
 
     def hook(job: Any) -> str:
         asked.append(job.id)
+        if job.id == exits:
+            sys.exit("the hook's own code called sys.exit")
         return "retry"
 
     with caplog.at_level(logging.ERROR, logger="pgq.reconcile"):
         run_round(dsn, {"charge_card": hook}, limit=10, hold=60, backoff=1, history=False)
-    assert sorted(asked) == sorted([broken, keyed, plain])
+    assert sorted(asked) == sorted([broken, keyed, plain, exits])
     states = dict(conn.execute("SELECT id, state FROM pgq.jobs ORDER BY id").fetchall())
-    assert states == {broken: "unknown", keyed: "available", plain: "available"}
+    assert states == {broken: "unknown", keyed: "available", plain: "available", exits: "unknown"}
     assert any(f"job {broken} (charge_card)" in r.getMessage() for r in caplog.records)
 
 
