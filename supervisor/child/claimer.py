@@ -42,6 +42,16 @@ class Claimer:
         # Seconds until a rate-limited queue's next token is due for this child, after a claim
         # that a rate held back (None: no rate did): the idle wait ends then (docs/limits.md).
         self.token_due: float | None = None
+        # The cursor the claims are sent on, kept across claims (read before the next is sent):
+        # a new one per claim built its result's loaders afresh (see jobs_api.execute_claim).
+        self._claim_cursor: psycopg.RawCursor[Any] | None = None
+
+    def claim_cursor(self, conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
+        """The kept cursor of ``conn``; a new one after a reconnect."""
+        cursor = self._claim_cursor
+        if cursor is None or cursor.connection is not conn or cursor.closed:
+            cursor = self._claim_cursor = psycopg.RawCursor(conn)
+        return cursor
 
     def claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs across the pool's queues in one statement. Outcomes still
@@ -76,6 +86,7 @@ class Claimer:
                 resume=resume,
                 tenant_weights=self.tenants.weights,
                 cursors=cursors,
+                cursor=self.claim_cursor(conn),
             )
 
         self.token_due = None

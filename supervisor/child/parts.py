@@ -45,6 +45,7 @@ class Parts:
             history=spec.config.history.enabled,
             on_scheduled=lambda: self.process.report(b"S"),
             on_unrecorded=spec.board.set_unrecorded,
+            on_ran=spec.board.add_unrecorded,
         )
         self.claimer = Claimer(self.session, self.completer)
         self.questions = Questions(self.session)

@@ -56,3 +56,25 @@ def test_each_cancel_has_a_word_of_its_own() -> None:
     assert len(board.cancelled_jobs()) == CANCEL_SLOTS
     assert 11 not in board.cancelled_jobs()
     assert 100 + CANCEL_SLOTS - 1 in board.cancelled_jobs()
+
+
+def test_a_job_added_to_the_unrecorded_grows_the_list_by_one_within_its_room() -> None:
+    board = Board(threads=1, unrecorded=3)
+    board.add_unrecorded(5)
+    board.add_unrecorded(6)
+    assert board.unrecorded() == [5, 6]
+    board.add_unrecorded(7)
+    board.add_unrecorded(8)  # past the room: not listed, as set_unrecorded truncates
+    assert board.unrecorded() == [5, 6, 7]
+    board.set_unrecorded([])  # written: the list starts again
+    board.add_unrecorded(9)
+    assert board.unrecorded() == [9]
+    board.close()
+
+
+def test_a_cancel_is_seen_by_job() -> None:
+    board = Board(1)
+    assert not board.is_cancelled(11)
+    board.cancel_job(11)
+    assert board.is_cancelled(11) and not board.is_cancelled(12)
+    board.close()
