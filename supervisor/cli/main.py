@@ -163,6 +163,10 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:
         print(f"pgq-supervisor: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
         return MasterExit.CONFIG
+    problem = given_dsn_problem(args)
+    if problem:
+        print(f"pgq-supervisor: {problem}", file=sys.stderr)
+        return MasterExit.CONFIG
     from supervisor.observability.logs import setup_logging
 
     setup_logging(
@@ -183,6 +187,18 @@ def _main(argv: list[str] | None) -> int:
     except DatabaseError as exc:
         print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
         return MasterExit.ERROR
+
+
+def given_dsn_problem(args: argparse.Namespace) -> str | None:
+    """One line when the DSN given outside the config (whose own is checked with its key) is
+    one libpq cannot parse, naming where it came from; before any verb runs."""
+    from supervisor.queue.dsn import parse_problem
+
+    for source, dsn in (("--dsn", args.dsn), ("PGQ_DSN", os.environ.get("PGQ_DSN"))):
+        if dsn:
+            problem = parse_problem(dsn)
+            return f"{source}: {problem}" if problem else None
+    return None
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:
