@@ -37,6 +37,48 @@ class Handler:
             return self.func(**args, job=context)
         return self.func(**args)
 
+    def mismatch(self, args: Any) -> str | None:
+        """Why these arguments cannot be passed to the handler, or None; see argument_mismatch."""
+        return argument_mismatch(self.func, args, wants_context=self.wants_context)
+
+
+def argument_mismatch(func: Callable[..., Any], args: Any, *, wants_context: bool) -> str | None:
+    """Why ``func(**args)`` would fail to bind (a missing parameter, an unexpected key), or None.
+
+    Bound before the call, not read from a TypeError after it: a TypeError raised inside the
+    handler is an ordinary failure (retried), while arguments that do not fit the signature
+    would fail every attempt the same way, so the job is discarded at once.
+    """
+    if not isinstance(args, Mapping):
+        return f"its arguments must be a mapping of parameters, not a JSON {type(args).__name__}"
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None  # no signature to check against (a builtin): the call will tell
+    named = {**args, _CONTEXT_PARAMETER: None} if wants_context else dict(args)
+    try:
+        signature.bind(**named)
+    except TypeError as exc:
+        parameters = signature.parameters
+        by_keyword = {
+            name
+            for name, p in parameters.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        unexpected = [] if takes_any else [k for k in named if k not in by_keyword]
+        missing = [
+            name
+            for name, p in parameters.items()
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            and name not in named
+        ]
+        said = [f"unexpected argument {k!r}" for k in unexpected]
+        said += [f"missing argument {k!r}" for k in missing]
+        return f"{'; '.join(said) or exc} (the handler takes {signature})"
+    return None
+
 
 def wants_context(func: Callable[..., Any]) -> bool:
     try:
