@@ -152,6 +152,8 @@ def _resolve(target: str, modules: dict[str, Any]) -> Callable[..., Any]:
         hint = install_hint(module.name) if isinstance(module, ModuleNotFoundError) else ""
         if hint:
             detail += f" (an optional extra: {hint})"
+        elif isinstance(module, ModuleNotFoundError) and _own_module(module, module_name):
+            detail += f" ({_where_looked()})"
         raise _ImportProblem(f"cannot import module {module_name!r}: {detail}")
     found: Any = module
     owner = f"module {module_name!r}"
@@ -167,6 +169,24 @@ def _resolve(target: str, modules: dict[str, Any]) -> Callable[..., Any]:
         # Calling it would only create a coroutine; the job would "complete" without running.
         raise _ImportProblem(f"{target!r} is an async function; handlers must be plain functions")
     return found
+
+
+def _own_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether the module not found is the handler's own (or a package above it), not
+    something the handler's module imports."""
+    return exc.name is not None and (module_name + ".").startswith(exc.name + ".")
+
+
+def _where_looked() -> str:
+    """Handlers are imported relative to the working directory: say which one it was, since a
+    service manager or another shell often starts us somewhere else."""
+    cwd = os.getcwd()
+    extra = os.environ.get("PYTHONPATH")
+    also = f" and PYTHONPATH={extra}" if extra else ""
+    return (
+        f"looked in the working directory {cwd}{also}: start pgq-supervisor from the project "
+        "root (WorkingDirectory= in a systemd unit) or add it to PYTHONPATH"
+    )
 
 
 def ensure_cwd_importable() -> None:
