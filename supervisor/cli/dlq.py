@@ -174,7 +174,7 @@ def dlq_list(ctx: Context) -> int:
                     "kind": j.kind,
                     "queue": j.queue,
                     "attempts": j.attempts,
-                    "max_attempts": j.max_attempts,
+                    "max_attempts": ctx.config.attempt_limit(j.kind, j.max_attempts),
                     "finished_at": iso(j.finished_at),
                     "finished_age_seconds": (now - j.finished_at).total_seconds(),
                     "unique_key": j.unique_key,
@@ -194,7 +194,7 @@ def dlq_list(ctx: Context) -> int:
             j.id,
             j.kind,
             j.queue,
-            f"{j.attempts}/{j.max_attempts}",
+            f"{j.attempts}/{ctx.config.attempt_limit(j.kind, j.max_attempts)}",
             f"{age((now - j.finished_at).total_seconds())} ago",
             _clip(safe(telling_line(j.last_error))),
         ]
@@ -227,6 +227,7 @@ def dlq_show(ctx: Context) -> int:
         )
     if ctx.args.json:
         document = {k: iso(v) if isinstance(v, datetime) else v for k, v in job.items()}
+        document["max_attempts"] = ctx.config.attempt_limit(job["kind"], job["max_attempts"])
         document["finished_age_seconds"] = (now - job["finished_at"]).total_seconds()
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -243,7 +244,8 @@ def _show_lines(ctx: Context, job: dict[str, Any], now: datetime) -> list[str]:
     args = json.dumps(job["args"], indent=2, ensure_ascii=False, sort_keys=True)
     lines = [
         f"job {job['id']}: {safe(job['kind'])} on queue {safe(job['queue'])}, discarded",
-        f"  attempts    {job['attempts']} of {job['max_attempts']}",
+        f"  attempts    {job['attempts']} of "
+        f"{ctx.config.attempt_limit(job['kind'], job['max_attempts'])}",
         f"  priority    {job['priority']}",
         f"  unique key  {safe(job['unique_key'])}",
         f"  created     {when(job['created_at'])}",

@@ -37,9 +37,9 @@ class AttemptLimit:
 
 
 def attempt_limit(ctx: Context, kind: str, row_limit: int) -> AttemptLimit:
+    configured = ctx.config.attempt_limit(kind, row_limit)
     policy = ctx.config.jobs.get(kind)
-    configured = policy.max_attempts if policy else None
-    if configured is None:
+    if policy is None or policy.max_attempts is None:
         return AttemptLimit(row_limit, row_limit, "row", "the job's own limit, set at enqueue")
     where = f"jobs.{safe(kind)}.max_attempts in {ctx.config.path}"
     if configured == row_limit:

@@ -131,7 +131,14 @@ def jobs_list(ctx: Context) -> int:
         now = server_clock(conn)
         jobs = control.list_jobs(conn, state=a.state, queue=a.queue, kind=a.kind, limit=a.limit)
     if a.json:
-        document = {"generated_at": iso(now), "jobs": [_jsonable(asdict(j)) for j in jobs]}
+        limit = ctx.config.attempt_limit
+        document = {
+            "generated_at": iso(now),
+            "jobs": [
+                {**_jsonable(asdict(j)), "max_attempts": limit(j.kind, j.max_attempts)}
+                for j in jobs
+            ],
+        }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
     if not jobs:
@@ -143,7 +150,7 @@ def jobs_list(ctx: Context) -> int:
             safe(j.kind),
             safe(j.queue),
             j.state + (" (cancelling)" if j.state == "running" and j.cancel_requested_at else ""),
-            f"{j.attempts}/{j.max_attempts}",
+            f"{j.attempts}/{ctx.config.attempt_limit(j.kind, j.max_attempts)}",
             _when(j, now),
             _last_line(j.last_error),
         ]

@@ -69,12 +69,17 @@ class Site:
             refresh=refresh_of(request),
             refresh_choices=REFRESH_CHOICES,
             read_only=self.web.read_only,
+            attempt_limit=self.attempt_limit,
             **values,
         )
         response = HTMLResponse(html, status_code=status_code)
         if flash and "hx-request" not in request.headers:
             response.delete_cookie(FLASH_COOKIE, path="/")
         return response
+
+    def attempt_limit(self, kind: str, row_limit: int) -> int:
+        """The one attempts figure (see Config.attempt_limit); the row's without a config."""
+        return self.config.attempt_limit(kind, row_limit) if self.config else row_limit
 
 
 def root_path(request: Request) -> str:
