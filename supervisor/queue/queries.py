@@ -47,8 +47,9 @@ def parse(text: str) -> dict[str, str]:
     return queries
 
 
-# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23).
-_FILES = ("queries.sql", "outcomes.sql")
+# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23);
+# sql/operator.sql those the command line and the dashboard share (issue 35).
+_FILES = ("queries.sql", "outcomes.sql", "operator.sql")
 
 
 @cache

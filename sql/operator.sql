@@ -1,0 +1,38 @@
+-- Queries of the operator's surface shared by the command line and the dashboard (issue 35).
+
+-- name: unhandled_kinds
+-- Per queue and kind, jobs of a kind the config has no handler for (%(kinds)s are the kinds it
+-- has): waiting (due, scheduled, running) and dead letters. Read from a bounded sample (the
+-- first %(cap)s rows of each state, each through its partial index), never the whole table:
+-- the counts are lower bounds, enough to say that something waits for a handler nobody has.
+WITH sample AS (
+    (SELECT queue, kind, false AS dead
+     FROM pgq.jobs
+     WHERE state = 'available'
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT queue, kind, false
+     FROM pgq.jobs
+     WHERE state = 'scheduled'
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT queue, kind, false
+     FROM pgq.jobs
+     WHERE state = 'running'
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT queue, kind, true
+     FROM pgq.jobs
+     WHERE state = 'discarded'
+     ORDER BY finished_at DESC
+     LIMIT %(cap)s)
+)
+SELECT
+    queue,
+    kind,
+    count(*) FILTER (WHERE NOT dead) AS waiting,
+    count(*) FILTER (WHERE dead) AS dead
+FROM sample
+WHERE kind <> ALL(%(kinds)s::text[])
+GROUP BY queue, kind
+ORDER BY queue, kind;
