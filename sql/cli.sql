@@ -11,8 +11,3 @@ WHERE id = %(id)s
 ORDER BY finished_at DESC
 LIMIT %(limit)s;
 
--- name: cli_queue_in_use
--- Whether queue %(queue)s holds a job due or waiting to be claimed, or is paused already
--- (`queues pause` refuses a queue nothing knows: a typo). The jobs_claim index, one probe.
-SELECT EXISTS (SELECT 1 FROM pgq.jobs WHERE queue = %(queue)s AND state = 'available')
-    OR EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s);

@@ -1,5 +1,12 @@
 -- Queries of the operator's surface shared by the command line and the dashboard (issue 35).
 
+-- name: queue_in_use
+-- Whether queue %(queue)s holds a job due or waiting to be claimed, or is paused already
+-- (`queues pause`, `enqueue` and the dashboard's pause refuse a queue nothing knows: a typo).
+-- The jobs_claim index, one probe.
+SELECT EXISTS (SELECT 1 FROM pgq.jobs WHERE queue = %(queue)s AND state = 'available')
+    OR EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s);
+
 -- name: unhandled_kinds
 -- Per queue and kind, jobs of a kind the config has no handler for (%(kinds)s are the kinds it
 -- has): waiting (due, scheduled, running) and dead letters. Read from a bounded sample (the

@@ -21,11 +21,13 @@ from supervisor.cli.session import (
     duration_arg,
     json_argument,
     positive_int,
+    queue_in_use,
     session,
     timestamp_arg,
 )
 from supervisor.cli.tables import age, clock_time, safe, width
 from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.config.names import unserved_queue
 from supervisor.queue.dsn import describe
 from supervisor.queue.enqueue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -104,6 +106,12 @@ def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         "config handles it); without it such a kind is refused, exit 2",
     )
     parser.add_argument(
+        "--any-queue",
+        action="store_true",
+        help="enqueue on a queue that no pool in this config serves and no job waits in (a "
+        "supervisor with another config serves it); without it such a queue is refused, exit 2",
+    )
+    parser.add_argument(
         "--tenant",
         metavar="NAME",
         help="whose job it is (a customer, an endpoint): a queue is shared fairly among tenants",
@@ -133,6 +141,9 @@ def enqueue_verb(ctx: Context) -> int:
         # `dlq show`'s "attempt N of M" true.
         max_attempts = (policy.max_attempts if policy else None) or DEFAULT_MAX_ATTEMPTS
     with session(ctx) as conn, conn.transaction():
+        refusal = None if a.any_queue else unserved_queue(ctx.config, a.queue)
+        if refusal and queue_in_use(conn, a.queue):
+            refusal = None  # jobs wait in it or it is paused: another deploy's queue
         try:
             job_id = enqueue(
                 conn,
@@ -148,6 +159,12 @@ def enqueue_verb(ctx: Context) -> int:
             )
         except EnqueueError as exc:
             raise UsageError(str(exc)) from None
+        # After enqueue's own checks (a bad priority is named first); the raise rolls it back.
+        if refusal:
+            raise UsageError(
+                f"{refusal}; nothing enqueued (--any-queue enqueues it for a supervisor with "
+                "another config)"
+            )
         held = a.unique_key is not None and not _inserted_here(conn, job_id)
     for warning in _enqueue_warnings(ctx, a.kind, a.queue):
         print(f"pgq-supervisor enqueue: warning: {warning}", file=sys.stderr)

@@ -14,9 +14,10 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.session import cli_query, json_argument, session
+from supervisor.cli.session import json_argument, queue_in_use, session
 from supervisor.cli.tables import clock_time, iso, safe
 from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.config.names import unserved_queue
 from supervisor.queue import control
 from supervisor.shared.exits import MasterExit
 
@@ -90,17 +91,10 @@ def _paused(ctx: Context, pauses: list[control.Pause]) -> int:
 
 
 def _refuse_unknown(ctx: Context, conn: psycopg.Connection[Any]) -> None:
-    served = {q for pool in ctx.config.pools.values() for q in pool.queues}
-    unknown = [q for q in ctx.args.queues if q not in served and not _in_use(conn, q)]
-    if unknown:
-        names = ", ".join(repr(safe(q)) for q in unknown)
-        raise UsageError(
-            f"no queue {names}: no pool in {ctx.config.path} serves it, no job waits in it and "
-            f"it is not paused (queues served: {', '.join(sorted(served))}); nothing paused. "
-            "Pause it ahead of its first job with --any-queue"
-        )
-
-
-def _in_use(conn: psycopg.Connection[Any], queue: str) -> bool:
-    row = conn.execute(cli_query("cli_queue_in_use"), {"queue": queue}).fetchone()
-    return bool(row and row[0])
+    for queue in ctx.args.queues:
+        refusal = unserved_queue(ctx.config, safe(queue))
+        if refusal and not queue_in_use(conn, queue):
+            raise UsageError(
+                f"{refusal}, no job waits in it and it is not paused; nothing paused. "
+                "Pause it ahead of its first job with --any-queue"
+            )

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
-from supervisor.web import doctor_page, jobpage, reads
+from supervisor.web import controls, doctor_page, jobpage, reads
 from supervisor.web.site import REFRESH_CHOICES, REFRESH_COOKIE, Site, duration, root_path
 
 log = logging.getLogger("pgq.web")
@@ -52,7 +52,8 @@ def queue_page(site: Site) -> Callable[[Request], Awaitable[Response]]:
         page = await reads.queue_jobs(
             site.pool, name, state, _text(request, "kind"), _page(request)
         )
-        return site.render(request, "queue.html", view=page, states=STATES)
+        refusal = await controls.unserved(site, name)
+        return site.render(request, "queue.html", view=page, states=STATES, unserved=refusal)
 
     return queue
 
