@@ -43,3 +43,21 @@ FROM sample
 WHERE kind <> ALL(%(kinds)s::text[])
 GROUP BY queue, kind
 ORDER BY queue, kind;
+
+-- name: purge_dead_letters
+-- Deletes up to %(limit)s dead letters (state discarded, never cancelled jobs: a cancelled job
+-- is not a dead letter) that finished before %(older_than)s; run in a loop (`dlq purge`, the
+-- dashboard's purge). %(kind)s and %(queue)s narrow it when given; null means any. The
+-- jobs_discarded index, in finish order.
+DELETE FROM pgq.jobs
+WHERE id IN (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'discarded'
+      AND finished_at < %(older_than)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);

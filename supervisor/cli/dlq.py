@@ -78,6 +78,9 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", type=duration_arg, metavar="AGE", required=True)
     p.add_argument("--kind", help="only jobs of this kind")
     p.add_argument("--queue", help="only jobs of this queue")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say how many would be deleted; delete nothing"
+    )
     json_argument(p)
 
 
@@ -322,14 +325,23 @@ def dlq_purge(ctx: Context) -> int:
     a = ctx.args
     # Autocommit: each batch commits on its own, so a large purge never holds many row locks.
     with session(ctx, autocommit=True) as conn:
-        now = server_clock(conn)
-        purged = maintenance.purge_discarded(
-            conn,
-            now - timedelta(seconds=a.older_than),
-            batch=ctx.config.purge.batch,
-            kind=a.kind,
-            queue=a.queue,
-        )
+        cutoff = server_clock(conn) - timedelta(seconds=a.older_than)
+        if a.dry_run:
+            found = maintenance.count_dead_letters(conn, cutoff, kind=a.kind, queue=a.queue)
+            if a.json:
+                print(json.dumps({"would_purge": found, "dry_run": True}))
+            else:
+                said = f"would purge {_plural(found)} ({_described(a)})"
+                print(f"{said}; nothing deleted (--dry-run)")
+            return MasterExit.OK
+        purged = 0
+        while True:  # one commit per slice: a large purge never holds many row locks
+            n = maintenance.purge_dead_letters_slice(
+                conn, cutoff, limit=ctx.config.purge.batch, kind=a.kind, queue=a.queue
+            )
+            purged += n
+            if n < ctx.config.purge.batch:
+                break
     if a.json:
         print(json.dumps({"purged": purged}))
         return MasterExit.OK

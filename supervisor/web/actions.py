@@ -108,7 +108,7 @@ class Actions:
             deleted = 0
             while True:
                 with conn.transaction():  # one commit per slice
-                    n = maintenance.purge_discarded_slice(
+                    n = maintenance.purge_dead_letters_slice(
                         conn, cutoff, limit=self._purge_batch, kind=kind, queue=queue
                     )
                 deleted += n
