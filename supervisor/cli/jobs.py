@@ -28,6 +28,7 @@ from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_bloc
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue import control, unknown
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.words import plural
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
 
@@ -159,7 +160,7 @@ def jobs_list(ctx: Context) -> int:
     headers = ["ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "WHEN", "LAST ERROR"]
     print("\n".join(table(headers, rows, right=(0,))))
     more = "; --limit N shows more" if len(jobs) == a.limit else ""
-    print(f"{len(jobs)} jobs, newest first{more}")
+    print(f"{plural(len(jobs), 'job')}, newest first{more}")
     return MasterExit.OK
 
 

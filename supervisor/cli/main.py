@@ -22,6 +22,7 @@ from supervisor.cli.verbs import VERBS, Context, UsageError, explicit_dsn, verb
 from supervisor.queue.dsn import DatabaseError, connect, describe
 from supervisor.shared import proctitle
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.words import plural
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -247,10 +248,13 @@ def check(ctx: Context) -> int:
     if ctx.args.json:
         print(json.dumps(summary, indent=2))
         return MasterExit.OK
-    print(
-        f"{ctx.config.path}: OK: {summary['pools']} pools, {summary['children']} children, "
-        f"{summary['handlers']} handlers, {summary['schedules']} schedules"
-    )
+    counts = [
+        plural(len(pools), "pool"),
+        plural(sum(p.processes for p in pools.values()), "child"),
+        plural(len(handlers), "handler"),
+        plural(len(ctx.config.schedules), "schedule"),
+    ]
+    print(f"{ctx.config.path}: OK: {', '.join(counts)}")
     return MasterExit.OK
 
 
@@ -264,6 +268,9 @@ def migrate_verb(ctx: Context) -> int:
     from supervisor.queue.migrations import migrate
 
     applied = None
+    # The verb prints each migration it applied; the library's own log line for each would
+    # say it a second time on the same terminal.
+    logging.getLogger("pgq.migrate").setLevel(logging.WARNING)
     # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
     # of leaving the server we started running.
     with stoppable_startup(), database(ctx) as dsn:

@@ -19,6 +19,7 @@ from supervisor.cli.session import server_clock
 from supervisor.cli.tables import age, clock_time, listing
 from supervisor.queue import control, maintenance, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
+from supervisor.shared.words import plural
 
 T = TypeVar("T")
 
@@ -200,7 +201,9 @@ class Actions:
         left = len(ids) - len(changed)
         verb = {"cancel": "cancelled or stopping", "run-now": "made due now"}.get(name, "replayed")
         rest = f"; {left} left as they were (not in a state it applies to)" if left else ""
-        return Done(f"{verb} {len(changed)} of {len(ids)} jobs ({listing(ids)}){rest}", changed)
+        return Done(
+            f"{verb} {len(changed)} of {plural(len(ids), 'job')} ({listing(ids)}){rest}", changed
+        )
 
     def _act(self, conn: psycopg.Connection[Any], name: str, ids: list[int]) -> tuple[int, ...]:
         """Apply ``name`` to ``ids`` with the library's own functions; the ids it changed."""
