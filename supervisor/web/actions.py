@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from supervisor.cli.session import server_clock
 from supervisor.cli.tables import age, clock_time, listing
-from supervisor.queue import control, maintenance, unknown
+from supervisor.queue import bulk, control, maintenance, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
 from supervisor.shared.words import plural
 
@@ -178,20 +178,22 @@ class Actions:
         floor: int,
         below: int | None,
         limit: int,
-    ) -> Sliced:
+    ) -> bulk.Sliced:
         """One slice of an action on everything a filter matches (supervisor.web.bulk): the
         next ``limit`` matching ids below ``below``, locked, acted on in this transaction."""
-        from supervisor.web.finder import web_query
 
-        def work(conn: psycopg.Connection[Any]) -> Sliced:
-            conn.execute(web_query("web_bound"))
-            found = conn.execute(
-                web_query("web_slice_ids"),
-                {**params, "top": top, "floor": floor, "below": below, "limit": limit},
-            ).fetchall()
-            ids = [row[0] for row in found]
-            changed = self._act(conn, name, ids) if ids else []
-            return Sliced(ids, changed, len(ids) - len(changed), min(ids) if ids else None)
+        def work(conn: psycopg.Connection[Any]) -> bulk.Sliced:
+            conn.execute(bulk.bulk_query("web_bound"))
+            return bulk.act_slice(
+                conn,
+                name,
+                params,
+                top=top,
+                floor=floor,
+                below=below,
+                limit=limit,
+                history=self._history,
+            )
 
         return await self._run(work)
 
@@ -206,27 +208,7 @@ class Actions:
         )
 
     def _act(self, conn: psycopg.Connection[Any], name: str, ids: list[int]) -> tuple[int, ...]:
-        """Apply ``name`` to ``ids`` with the library's own functions; the ids it changed."""
-        if name == "cancel":
-            done = control.cancel(conn, ids, history=self._history)
-            return tuple(sorted([*done.cancelled, *done.requested]))
-        if name == "run-now":
-            return tuple(i for i in ids if control.retry_now(conn, i) is not None)
-        if name == "replay":
-            return tuple(maintenance.replay(conn, maintenance.ReplayFilter(ids=ids)).ids)
-        raise ValueError(f"unknown bulk action {name!r}")
-
-
-@dataclass(frozen=True)
-class Sliced:
-    ids: list[int]  # the jobs this slice looked at, highest first
-    changed: tuple[int, ...]  # the ones the action changed
-    skipped: int  # the others (finished meanwhile, a unique key held)
-    lowest: int | None  # where the next slice starts (below it)
-
-    @property
-    def acted(self) -> int:
-        return len(self.changed)
+        return bulk.act(conn, name, ids, history=self._history)
 
 
 def _jobs(n: int) -> str:
