@@ -11,6 +11,7 @@ import argparse
 import difflib
 import json
 import sys
+import time
 from datetime import datetime
 from typing import Any
 
@@ -42,24 +43,68 @@ from supervisor.shared.exits import MasterExit
 
 def status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_seconds,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C; with --json, one document a line",
+    )
+    parser.add_argument(
+        "--count", type=positive_int, metavar="N", help="with --watch: stop after N refreshes"
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, got {text!r}") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"between 0.1 and 3600 seconds, got {text}")
+    return value
 
 
 @verb(
     "status",
     "per queue: jobs due, scheduled, running, dead, oldest wait, recent throughput; "
-    "pools and weights; live supervisors and their children; exit 0, 1 on a database error",
+    "pools and weights; live supervisors and their children; what needs attention; exit 0, 1 "
+    "on a database error",
     status_arguments,
 )
 def status(ctx: Context) -> int:
+    a = ctx.args
+    if a.count is not None and a.watch is None:
+        raise UsageError("--count goes with --watch")
+    # A terminal is cleared and redrawn; a pipe gets each refresh after the last.
+    redraw = a.watch is not None and not a.json and sys.stdout.isatty()
+    try:
+        return _show_status(ctx, redraw)
+    except KeyboardInterrupt:  # Ctrl-C ends a watch; not worth a traceback
+        return MasterExit.OK
+
+
+def _show_status(ctx: Context, redraw: bool) -> int:
     from supervisor.cli import status_view
 
-    with session(ctx, snapshot=True) as conn, conn.transaction():
-        snapshot = status_view.gather(conn, ctx.config, describe(conn.info.dsn))
-    if ctx.args.json:
-        print(json.dumps(status_view.to_json(snapshot), indent=2, ensure_ascii=False))
-    else:
-        print("\n".join(status_view.render(snapshot)))
-    return MasterExit.OK
+    a = ctx.args
+    shown = 0
+    with session(ctx, snapshot=True) as conn:
+        while True:
+            with conn.transaction():
+                snapshot = status_view.gather(conn, ctx.config, describe(conn.info.dsn))
+            if a.json:
+                indent = None if a.watch is not None else 2
+                print(json.dumps(status_view.to_json(snapshot), indent=indent, ensure_ascii=False))
+            else:
+                text = "\n".join(status_view.render(snapshot))
+                print(("\x1b[H\x1b[2J" if redraw else "") + text)
+            shown += 1
+            if a.watch is None or (a.count is not None and shown >= a.count):
+                return MasterExit.OK
+            sys.stdout.flush()
+            time.sleep(a.watch)
 
 
 def enqueue_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 
 from supervisor.cli.session import json_argument, queue_in_use, session
-from supervisor.cli.tables import clock_time, iso, safe
+from supervisor.cli.tables import clock_time, iso, safe, table
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.config.names import unserved_queue
-from supervisor.queue import control
+from supervisor.queue import control, maintenance
 from supervisor.shared.exits import MasterExit
 
 
@@ -37,11 +37,21 @@ def queues_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     json_argument(p)
     json_argument(sub.add_parser("paused", help="list the paused queues"))
+    json_argument(
+        sub.add_parser(
+            "list",
+            help="every queue: the pools that serve it (weight), its jobs, whether it is paused",
+            description="Every queue a pool of the config serves, that holds jobs or that is "
+            "paused: the pools that claim from it with their weights, and its jobs due, "
+            "scheduled, running and dead.",
+        )
+    )
 
 
 @verb(
     "queues",
-    "pause or resume queues on every host; exit 0, 2 on an unknown queue, 1 on a database error",
+    "list the queues, pause or resume them on every host; exit 0, 2 on an unknown queue, 1 on "
+    "a database error",
     queues_arguments,
 )
 def queues_verb(ctx: Context) -> int:
@@ -49,6 +59,8 @@ def queues_verb(ctx: Context) -> int:
     with session(ctx) as conn, conn.transaction():
         if command == "paused":
             return _paused(ctx, control.paused_queues(conn))
+        if command == "list":
+            return _listed(ctx, maintenance.queue_stats(conn))
         if command == "pause" and not ctx.args.any_queue:
             _refuse_unknown(ctx, conn)
         act = control.pause_queue if command == "pause" else control.resume_queue
@@ -70,6 +82,42 @@ def queues_verb(ctx: Context) -> int:
             )
         else:
             print(f"queue {safe(queue)} resumed" if did else f"queue {safe(queue)} was not paused")
+    return MasterExit.OK
+
+
+def _listed(ctx: Context, stats: list[maintenance.QueueStats]) -> int:
+    found = {s.queue: s for s in stats}
+    served: dict[str, list[tuple[str, int]]] = {}
+    for pool in ctx.config.pools.values():
+        for queue, weight in pool.queues.items():
+            served.setdefault(queue, []).append((pool.name, weight))
+    names = sorted(set(found) | set(served))
+    counts = ("available", "scheduled", "running", "discarded")
+    if ctx.args.json:
+        document = {
+            "queues": [
+                {
+                    "queue": name,
+                    "pools": [{"pool": p, "weight": w} for p, w in served.get(name, [])],
+                    "paused": bool(found[name].paused) if name in found else False,
+                    **{c: getattr(found[name], c) if name in found else 0 for c in counts},
+                }
+                for name in names
+            ]
+        }
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return MasterExit.OK
+    if not names:
+        print(f"no queue: no pool in {ctx.config.path} serves one and no job waits")
+        return MasterExit.OK
+    rows = []
+    for name in names:
+        s = found.get(name)
+        pools = ", ".join(f"{p} ({w})" for p, w in served.get(name, [])) or "none"
+        figures = [getattr(s, c) if s else 0 for c in counts]
+        rows.append([safe(name), pools, *figures, "paused" if s and s.paused else ""])
+    headers = ["QUEUE", "POOLS (WEIGHT)", "DUE", "SCHEDULED", "RUNNING", "DEAD", ""]
+    print("\n".join(table(headers, rows, right=(2, 3, 4, 5))))
     return MasterExit.OK
 
 
