@@ -58,7 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
         for leaf in leaves(verb_parser):
             # After the verb too (`status -c FILE`); SUPPRESS keeps a value given before it.
             shared_arguments(leaf, default=argparse.SUPPRESS)
+        explain_all(verb_parser, name, help_text)
     return parser
+
+
+def explain_all(parser: argparse.ArgumentParser, words: str, help_text: str | None) -> None:
+    """A description and examples on the verb's parser and every sub-command's."""
+    from supervisor.cli.examples import explain
+
+    explain(parser, words, help_text)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                explain_all(sub, f"{words} {name}", helps.get(name))
 
 
 def shared_arguments(parser: argparse.ArgumentParser, *, default: object) -> None:
