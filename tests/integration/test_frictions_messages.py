@@ -57,3 +57,16 @@ def test_the_systemd_units_documentation_exists() -> None:
             assert uri.startswith(base), uri  # the project's own pages
             path = uri.removeprefix(base + "/").split("/", 2)[-1]  # tree|blob/main/<path>
             assert (ROOT / path).exists(), uri
+
+
+def test_a_completed_job_says_its_arguments_are_not_kept(
+    cli: Cli, conn: psycopg.Connection[Any]
+) -> None:
+    from tests.integration.operator_helpers import done
+
+    job_id = enqueue(conn, "render_pdf", {"invoice": 7}, queue="pdf")
+    assert done(conn, "pdf") == job_id
+    shown = cli("jobs", "show", str(job_id))
+    assert "args        not kept once a job has finished" in shown.out, shown.out
+    document = cli("jobs", "show", str(job_id), "--json").json()
+    assert document["args_kept"] is False and document["args"] is None
