@@ -63,6 +63,13 @@ def routes(site: Site) -> list[Route]:
         data = await reads.overview(site.pool, site.config, site.database, site.throughput)
         return site.render(request, "overview.html", view=data)
 
+    async def go_to_job(request: Request) -> Response:
+        # The header's job-id box: "#4711", " 4711 " and "4711" all go to job 4711.
+        typed = request.query_params.get("id", "").strip().lstrip("#").strip()
+        if not typed.isdigit() or not 0 < int(typed) < 2**63:
+            raise HTTPException(400, f"a job id is a positive whole number, got {typed[:40]!r}")
+        return RedirectResponse(f"{root_path(request)}/jobs/{int(typed)}", status_code=303)
+
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         view = await jobpage.read(site.pool, job_id, redacted=site.web.redact)
@@ -122,6 +129,7 @@ def routes(site: Site) -> list[Route]:
 
     return [
         Route("/", overview),
+        Route("/jobs/go", go_to_job),
         Route("/refresh", refresh),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),

@@ -21,11 +21,11 @@ from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.config.units import UnitError, parse_duration
 from supervisor.queue.limits import format_rate
-from supervisor.web import charts
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure
 from supervisor.web.security import CSRF_FIELD
 from supervisor.web.throughput import Throughput
+from supervisor.web.timeseries import overview_series
 
 FLASH_COOKIE = "pgq_flash"
 # How often a page refreshes its figures, by default; the header's control chooses another
@@ -101,8 +101,7 @@ def templates(folder: Path) -> Environment:
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.filters["rate"] = format_rate
     env.globals["share"] = share
-    env.globals["sparkline"] = charts.sparkline
-    env.globals["bars"] = charts.bars
+    env.globals["spark_json"] = overview_series
     env.globals["zip"] = zip
     env.globals["since"] = lambda now, moment: (
         age((now - moment).total_seconds()) if moment else "-"
