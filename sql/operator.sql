@@ -61,3 +61,26 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: schedule_paused
+-- Whether schedule %(name)s is paused (its tick passes without a job). A primary key probe.
+SELECT EXISTS (SELECT 1 FROM pgq.schedule_pauses WHERE name = %(name)s);
+
+-- name: pause_schedule
+-- Pauses schedule %(name)s; a row only when it was not paused already.
+INSERT INTO pgq.schedule_pauses (name, paused_by)
+VALUES (%(name)s, %(by)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: resume_schedule
+-- Resumes schedule %(name)s; a row only when it was paused.
+DELETE FROM pgq.schedule_pauses
+WHERE name = %(name)s
+RETURNING name;
+
+-- name: paused_schedules
+-- Every paused schedule, for the schedules page and status.
+SELECT name, paused_at, paused_by
+FROM pgq.schedule_pauses
+ORDER BY name;

@@ -167,6 +167,14 @@ class Scheduler(Service):
                     return True
                 if not should_run(schedule, last, tick, tried):
                     return True
+                if scheduled.paused(conn, schedule.name):
+                    # The tick passes (resuming does not make up for the ticks paused).
+                    log.info(
+                        "schedule %s is paused: its tick %s passes without a job",
+                        schedule.name,
+                        tick.isoformat(),
+                    )
+                    return True
                 job_id = enqueue(
                     conn,
                     schedule.kind,

@@ -17,8 +17,10 @@ from starlette.concurrency import run_in_threadpool
 
 from supervisor.cli.session import server_clock
 from supervisor.cli.tables import age, clock_time, listing
-from supervisor.queue import bulk, control, maintenance, unknown
+from supervisor.config import ScheduleConfig
+from supervisor.queue import bulk, control, maintenance, scheduled, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
+from supervisor.queue.enqueue import enqueue
 from supervisor.shared.words import plural
 
 T = TypeVar("T")
@@ -168,6 +170,36 @@ class Actions:
         if await self._run(lambda conn: control.resume_queue(conn, queue)):
             return Done(f"resumed queue {queue}: its workers were woken")
         return Done(f"queue {queue} was not paused")
+
+    async def run_schedule(self, schedule: ScheduleConfig) -> Done:
+        """One job of the schedule now, as a tick would enqueue it (without a tick's unique
+        key: the next tick still runs on time)."""
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            return enqueue(
+                conn,
+                schedule.kind,
+                dict(schedule.args),
+                queue=schedule.queue,
+                priority=schedule.priority,
+            )
+
+        job_id = await self._run(work)
+        return Done(
+            f"schedule {schedule.name}: enqueued job {job_id} ({schedule.kind}) on queue "
+            f"{schedule.queue} now; its next tick runs as planned",
+            (job_id,),
+        )
+
+    async def pause_schedule(self, name: str, by: str) -> Done:
+        if await self._run(lambda conn: scheduled.pause(conn, name, by)):
+            return Done(f"paused schedule {name}: its ticks pass without a job until resumed")
+        return Done(f"schedule {name} was paused already")
+
+    async def resume_schedule(self, name: str) -> Done:
+        if await self._run(lambda conn: scheduled.resume(conn, name)):
+            return Done(f"resumed schedule {name}: its next tick enqueues a job")
+        return Done(f"schedule {name} was not paused")
 
     async def bulk_slice(
         self,

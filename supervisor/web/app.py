@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.queue.dsn import describe
-from supervisor.web import bulk, controls, pages, timeseries
+from supervisor.web import bulk, controls, pages, schedules_page, timeseries
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure, ExposureMiddleware
 from supervisor.web.reads import dashboard_query
@@ -108,6 +108,7 @@ def create_app(
             *controls.routes(site, pages.queue_page(site)),
             *bulk.routes(site),
             *timeseries.routes(site),
+            *schedules_page.routes(site),
             *pages.routes(site),
             Mount("/static", StaticFiles(directory=HERE / "static")),
         ],
