@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from supervisor.queue.bulk import ACTIONS, SLICE, Action, JobFilter, NotApplicable, states_for
 from supervisor.queue.control import STATES
-from supervisor.web import audit, finder
+from supervisor.web import audit, finder, timeseries
 from supervisor.web.actions import ActionError, Done
 from supervisor.web.controls import Plan, action
 from supervisor.web.security import csrf_problem
@@ -76,6 +76,7 @@ def routes(site: Site) -> list[Route]:
             states=STATES,
             bulks=BULKS.values(),
             scan=finder.SCAN,
+            suggested=await timeseries.suggestions(site),
         )
 
     async def dry_run(request: Request) -> Response:

@@ -100,8 +100,19 @@ async def read(
     return now, series_of(rows, since, count, step, range_)
 
 
+async def suggestions(site: Any) -> dict[str, list[str]]:
+    """Queues and kinds to suggest in a page's filters: those the database names, and the
+    config's queues (its pools') and kinds (its handlers)."""
+    found = await names(site.pool)
+    if site.config is not None:
+        served = {q for p in site.config.pools.values() for q in p.queues}
+        found["queue"] = sorted({*found["queue"], *served})
+        found["kind"] = sorted({*found["kind"], *site.config.handlers})
+    return found
+
+
 async def names(pool: AsyncConnectionPool[Any]) -> dict[str, list[str]]:
-    """Queues and kinds to suggest in the filters."""
+    """Queues and kinds the database names (the last day's history, the jobs table)."""
     async with snapshot(pool) as conn:
         await conn.execute(web_query("web_bound"))
         rows = await fetch(conn, chart_query("chart_names"), {"limit": SUGGESTIONS})
@@ -129,11 +140,7 @@ def routes(site: Any) -> list[Route]:
     async def page(request: Request) -> Response:
         range_, queue, kind = _filters(request)
         now, series = await read(site.pool, range_, queue, kind)
-        suggested = await names(site.pool)
-        for served in site.config.pools.values() if site.config else []:
-            suggested["queue"] = sorted({*suggested["queue"], *served.queues})
-        if site.config:
-            suggested["kind"] = sorted({*suggested["kind"], *site.config.handlers})
+        suggested = await suggestions(site)
         enabled = site.config.history.enabled if site.config else True
         return site.render(
             request,

@@ -97,3 +97,22 @@ def test_a_paused_schedules_tick_passes_without_a_job(
     run_at = [r[0] for r in conn.execute("SELECT run_at FROM pgq.jobs").fetchall()]
     assert run_at == [start + timedelta(seconds=3)]
     host.db.close()
+
+
+def test_empty_pages_say_what_to_do_and_filters_suggest_names(
+    conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    overview, jobs, dead, workers, charts = _steps(
+        dsn, YAML, [("GET", p) for p in ("/", "/jobs", "/dead", "/workers", "/charts")]
+    )
+    assert 'id="overview-empty"' in overview.text and "enqueue KIND" in overview.text
+    assert 'id="jobs-empty"' in jobs.text
+    assert 'id="dead-empty"' in dead.text
+    assert 'id="supervisors-empty"' in workers.text and "pgq-supervisor -c FILE" in workers.text
+    assert 'id="history-off"' in charts.text  # this YAML keeps no history: it says how
+    for page in (jobs, charts):  # the config's queue and kind, suggested
+        assert '<option value="sync">' in page.text
+        assert '<option value="sync_accounts">' in page.text
+    went = _steps(dsn, YAML, [("GET", "/jobs/go?id=%234711"), ("GET", "/jobs/go?id=abc")])
+    assert went[0].status_code == 303 and went[0].headers["location"] == "/jobs/4711"
+    assert went[1].status_code == 400
