@@ -206,7 +206,7 @@ def test_every_page_fits_at_two_widths(
             assert "Internal Server Error" not in browser.page_source, page
             # Nothing wider than the window: wide tables scroll inside themselves.
             overflow = browser.execute_script(
-                "return document.documentElement.scrollWidth - window.innerWidth"
+                "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
             )
             assert overflow <= 1, (page, width, overflow)
             name = page.strip("/").replace("/", "-").replace("?range=", "-") or "overview"

@@ -38,7 +38,8 @@
       height: 180,
       series: [{ label: "time" }].concat(spec.series.map(function (s) {
         return { label: s.label, stroke: s.stroke, fill: s.fill, width: 2, paths: s.bars ? bars : undefined,
-                 points: { show: false }, value: number, spanGaps: !s.bars };
+                 // Waits exist only where jobs started: points, never a line across the gaps.
+                 points: { show: !s.bars && !s.fill, size: 5 }, value: number, spanGaps: false };
       })),
       axes: [{ stroke: "#555" }, { stroke: "#555", label: spec.unit, size: 60, values: function (u, ticks) { return ticks.map(function (t) { return t.toLocaleString(); }); } }],
       scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(max || 0, 1) * 1.1]; } } },
@@ -67,11 +68,17 @@
           .catch(function () { /* a failed refresh keeps the last figures */ });
       }, every * 1000);
     }
-    window.addEventListener("resize", function () {
+    // Follow the box's width (a window resized, a scrollbar that appeared after the first draw).
+    const watcher = new ResizeObserver(function () {
       SPECS.forEach(function (spec) {
         const el = document.getElementById(spec.id);
-        if (el && charts[spec.id]) charts[spec.id].setSize({ width: width(el), height: 180 });
+        const u = charts[spec.id];
+        if (el && u && Math.abs(u.width - width(el)) > 1) u.setSize({ width: width(el), height: 180 });
       });
+    });
+    SPECS.forEach(function (spec) {
+      const el = document.getElementById(spec.id);
+      if (el) watcher.observe(el);
     });
   }
 
