@@ -11,12 +11,12 @@ import sys
 from typing import Any
 
 from supervisor.cli.session import session
-from supervisor.cli.tables import safe
 from supervisor.cli.verbs import Context, UsageError
 from supervisor.queue import bulk
 from supervisor.queue.control import STATES
 from supervisor.shared.exits import MasterExit
 from supervisor.shared.words import plural
+from supervisor.views.text import safe
 
 # The command's word -> the shared action's name.
 ACTION_OF = {"cancel": "cancel", "retry": "run-now", "replay": "replay"}

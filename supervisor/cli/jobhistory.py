@@ -17,10 +17,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from supervisor.cli.session import cli_query
-from supervisor.cli.tables import age, clock_time, iso, safe, safe_block
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import age, clock_time, iso, safe, safe_block
 
 # By choice: a finished job's arguments leave with its row (they may hold personal data or
 # secrets, and the history stays small); the dashboard's page says the same.

@@ -26,7 +26,6 @@ from supervisor.cli.session import (
     session,
     timestamp_arg,
 )
-from supervisor.cli.tables import age, clock_time, safe, width
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.config.names import unserved_queue
 from supervisor.queue.dsn import describe
@@ -39,6 +38,7 @@ from supervisor.queue.enqueue import (
 )
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import age, clock_time, safe, width
 
 
 def status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,7 +86,7 @@ def status(ctx: Context) -> int:
 
 
 def _show_status(ctx: Context, redraw: bool) -> int:
-    from supervisor.cli import status_view
+    from supervisor.views import status as status_view
 
     a = ctx.args
     shown = 0

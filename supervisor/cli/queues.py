@@ -15,11 +15,11 @@ from typing import Any
 import psycopg
 
 from supervisor.cli.session import json_argument, queue_in_use, session
-from supervisor.cli.tables import clock_time, iso, safe, table
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.config.names import unserved_queue
 from supervisor.queue import control, maintenance
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import clock_time, iso, safe, table
 
 
 def queues_arguments(parser: argparse.ArgumentParser) -> None:

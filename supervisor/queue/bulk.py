@@ -1,5 +1,5 @@
 """Actions on every job a filter matches: the one piece the dashboard's /jobs and the command
-line's `jobs cancel|retry|replay` share (the SQL is sql/web_jobs.sql).
+line's `jobs cancel|retry|replay` share (the SQL is sql/dashboard_jobs.sql).
 
 A filter names any of state, queue, kind, tenant and arguments (a JSON object the job's
 arguments contain). An action first counts what it would touch inside a range of ids fixed at
@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from functools import cache
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from supervisor.queue import control, maintenance
-from supervisor.queue.queries import parse, sql_text
+from supervisor.queue.queries import query
 
 SLICE = 500  # jobs one slice locks and acts on, in one transaction
 
 
-@cache
-def bulk_query(name: str) -> str:
-    try:
-        return parse(sql_text("web_jobs.sql"))[name]
-    except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/web_jobs.sql") from None
+# The statements of sql/dashboard_jobs.sql, by name (every sql/*.sql file is one dict).
+bulk_query = query
 
 
 @dataclass(frozen=True)

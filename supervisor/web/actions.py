@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 import psycopg
 from starlette.concurrency import run_in_threadpool
 
-from supervisor.cli.session import server_clock
-from supervisor.cli.tables import age, clock_time, listing
 from supervisor.config import ScheduleConfig
 from supervisor.queue import bulk, control, maintenance, scheduled, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
 from supervisor.queue.enqueue import enqueue
 from supervisor.shared.words import plural
+from supervisor.views.clock import server_clock
+from supervisor.views.text import age, clock_time, listing
 
 T = TypeVar("T")
 

@@ -13,10 +13,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from supervisor.cli.schedules import rule
 from supervisor.config import ScheduleConfig
 from supervisor.config.ticks import next_ticks
 from supervisor.queue.queries import query
+from supervisor.views.schedules import rule
 from supervisor.web.controls import Plan, action
 from supervisor.web.reads import fetch, server_now, snapshot
 from supervisor.web.site import Site

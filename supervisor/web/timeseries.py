@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from supervisor.queue.queries import parse, sql_text
+from supervisor.queue.queries import query
 from supervisor.web.finder import web_query
 from supervisor.web.reads import fetch, server_now, snapshot
 
@@ -28,8 +28,7 @@ RANGES = {"hour": (60, 60), "day": (96, 900)}
 SUGGESTIONS = 400
 
 
-def chart_query(name: str) -> str:
-    return parse(sql_text("charts.sql"))[name]
+chart_query = query  # the statements of sql/charts.sql, by name
 
 
 @dataclass(frozen=True)
