@@ -196,9 +196,3 @@ moved AS (
 SELECT m.queue, t.state, t.run_at, pg_notify('pgq_jobs', m.queue) IS NULL
 FROM moved AS m
 JOIN target AS t ON t.id = m.id;
-
--- name: cli_queue_in_use
--- Whether queue %(queue)s holds a job due or waiting to be claimed, or is paused already
--- (`queues pause` refuses a queue nothing knows: a typo). The jobs_claim index, one probe.
-SELECT EXISTS (SELECT 1 FROM pgq.jobs WHERE queue = %(queue)s AND state = 'available')
-    OR EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s);

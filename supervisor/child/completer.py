@@ -22,6 +22,7 @@ from supervisor.queue import outcomes
 from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
+from supervisor.shared.words import plural
 
 log = logging.getLogger("pgq.worker")
 
@@ -116,7 +117,9 @@ class Completer:
                 self.write()
                 return
             except RECONNECT_ERRORS as exc:
-                session.warn(f"cannot record the outcome of {len(self)} jobs: {exc}; retrying")
+                session.warn(
+                    f"cannot record the outcome of {plural(len(self), 'job')}: {exc}; retrying"
+                )
                 if session.process.orphaned:
                     return
                 session.reconnect(through_drain=True)

@@ -156,6 +156,15 @@ class Executor:
             backoff_cap=policy.backoff_cap,
         )
 
+    def mismatched(self, job: Job, target: str, mismatch: str) -> outcomes.Settlement:
+        """Arguments that do not fit the handler's signature fail every attempt alike: the job
+        is discarded at once, naming the parameter, instead of retried as if transient."""
+        return outcomes.discard(
+            job,
+            f"the arguments of job {job.id} ({job.kind}, queue {job.queue}) do not match "
+            f"{target}: {mismatch}; discarded without a retry (every attempt would fail alike)",
+        )
+
     def context(self, job: Job, started: float) -> JobContext:
         policy = self.config.policy(job.kind)
         return JobContext(
@@ -181,6 +190,9 @@ class Executor:
             return refused
         policy = self.config.policy(job.kind)
         handler = self.handlers[job.kind]
+        mismatch = handler.mismatch(job.args)
+        if mismatch is not None:
+            return self.mismatched(job, handler.target, mismatch)
         started = self.board.job_started(
             thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
         )

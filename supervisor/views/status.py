@@ -109,6 +109,8 @@ class Status:
     unknown: list[tuple[str, str, int]] = field(default_factory=list)
     hooked: frozenset[str] = frozenset()  # kinds with a reconcile hook
     limits: LimitsView = field(default_factory=LimitsView)
+    # (queue, kind, waiting, dead letters) of kinds no handler of the config serves.
+    unhandled: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -119,6 +121,13 @@ class Status:
                 f"queue {safe(queue_name)}: {_jobs(count)} of kind {safe(kind)} with outcome "
                 f"unknown (effects: external): {hook}decide with `jobs list --state unknown` "
                 "and `jobs resolve ID --as completed|retry|discarded`"
+            )
+        for queue_name, kind, waiting, dead in self.unhandled:
+            found.append(
+                f"queue {safe(queue_name)}: {_count_of(waiting, dead)} of kind {safe(kind)}, "
+                f"which no handler in {self.config_path} serves (retried until their attempts "
+                f"run out): add it under handlers:, or cancel them with `jobs cancel --kind "
+                f"{safe(kind)}`"
             )
         for q in self.queues:
             if q.late:
@@ -149,6 +158,22 @@ class Status:
         for c in self.doctor:
             found.append(f"{c.name}: {c.detail}; fix: {c.fix} (more: `doctor`)")
         return found
+
+
+def _count_of(waiting: int, dead: int) -> str:
+    parts = [f"{waiting} job{'' if waiting == 1 else 's'} waiting"] if waiting else []
+    if dead:
+        parts.append("1 dead letter" if dead == 1 else f"{dead} dead letters")
+    return " and ".join(parts)
+
+
+def unhandled_kinds(rows: Iterable[Sequence[Any]]) -> list[tuple[str, str, int, int]]:
+    """The rows of the unhandled_kinds query (sql/operator.sql), for Status.unhandled."""
+    return [(queue, kind, int(waiting), int(dead)) for queue, kind, waiting, dead in rows]
+
+
+# Rows of each state the unhandled_kinds query samples (its counts are lower bounds past it).
+UNHANDLED_SAMPLE = 1_000
 
 
 def share(pool: PoolConfig, queue: str) -> float:
@@ -190,6 +215,12 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         unknown=count_unknown(conn),
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile),
         limits=limits_view.gather(conn, config),
+        unhandled=unhandled_kinds(
+            conn.execute(
+                query("unhandled_kinds"),
+                {"kinds": sorted(config.handlers), "cap": UNHANDLED_SAMPLE},
+            ).fetchall()
+        ),
     )
 
 
@@ -274,6 +305,10 @@ def to_json(status: Status) -> dict[str, Any]:
         ],
         "schedules": schedules.to_json(status.schedules),
         "unknown": [{"queue": q, "kind": k, "jobs": n} for q, k, n in status.unknown],
+        "unhandled_kinds": [
+            {"queue": q, "kind": k, "waiting": w, "dead_letters": d}
+            for q, k, w, d in status.unhandled
+        ],
         "limits": limits_view.to_json(status.limits),
         "busiest_tenants": limits_view.tenants_json(status.limits),
         "warnings": status.warnings(),
