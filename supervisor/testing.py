@@ -30,6 +30,7 @@ import psycopg
 
 from supervisor.child.weights import TenantRotation
 from supervisor.config.handlers import wants_context
+from supervisor.crypto.opening import opened
 from supervisor.queue import control, outcomes, scheduled
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.context import JobContext
@@ -79,7 +80,8 @@ def _call(
     raised: Exception | None = None
     value: Any = None
     try:
-        value = func(**job.args, job=context) if wants_context(func) else func(**job.args)
+        args = opened(job).args  # encrypted arguments as the handler gave them (Secret)
+        value = func(**args, job=context) if wants_context(func) else func(**args)
     except Exception as exc:
         raised = exc
     settlement = outcomes.of_attempt(

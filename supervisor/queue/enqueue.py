@@ -26,6 +26,8 @@ from typing import Any, Literal, NamedTuple
 import psycopg
 from psycopg.rows import tuple_row
 
+from supervisor.crypto import envelope
+from supervisor.crypto.keys import KeysError
 from supervisor.queue import tracecontext as tracing
 from supervisor.queue.queries import positional, query
 
@@ -137,8 +139,37 @@ def _int(what: str, value: object) -> int:
     return value
 
 
+class _HasSecret(Exception):
+    """Raised out of the shared encoder at the first Secret: those args take the sealing path."""
+
+
+def _no_secret(obj: object) -> object:
+    # Called by the C encoder only for values it cannot encode itself, so plain args pay nothing.
+    if isinstance(obj, envelope.Secret):
+        raise _HasSecret
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
 # One encoder for every job: json.dumps with options builds a new one per call.
-_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+_JSON = json.JSONEncoder(
+    allow_nan=False, separators=(",", ":"), ensure_ascii=False, default=_no_secret
+)
+
+
+def _sealed_text(kind: str, args: object) -> str:
+    """Args holding Secrets, encoded with each Secret sealed under the first key (envelope)."""
+    try:
+        encoder = json.JSONEncoder(
+            allow_nan=False,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=envelope.sealer(kind),
+        )
+        return encoder.encode(args)
+    except KeysError as exc:
+        raise EnqueueError(
+            str(exc) if str(exc).startswith("job ") else f"job {kind!r}: {exc}"
+        ) from None
 
 
 def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
@@ -149,7 +180,12 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
             f"not {type(args).__name__}"
         )
     try:
-        text = _JSON.encode(args)
+        try:
+            text = _JSON.encode(args)
+        except _HasSecret:
+            text = _sealed_text(kind, args)
+    except EnqueueError:
+        raise
     except (TypeError, ValueError) as exc:
         raise EnqueueError(f"job {kind!r}: args are not JSON-serialisable: {exc}") from None
     except RecursionError:

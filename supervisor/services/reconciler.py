@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from supervisor.crypto.opening import opened
 from supervisor.queue.dsn import connect
 from supervisor.queue.queries import query
 from supervisor.queue.unknown import RESOLUTIONS, UnknownOutcome, resolve
@@ -173,7 +174,7 @@ def _ask(
 ) -> None:
     fields = {"job_id": job.id, "kind": job.kind, "queue": job.queue, "attempt": job.attempt}
     try:
-        answer = hook(job)
+        answer = hook(opened(job))  # encrypted args opened for the hook alone
     except Exception as exc:
         _defer(conn, job, token, backoff, f"reconcile hook failed: {type(exc).__name__}: {exc}")
         log.warning(
