@@ -26,6 +26,7 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
+from supervisor.crypto import mask
 from supervisor.queue import control, unknown
 from supervisor.shared.exits import MasterExit
 
@@ -122,7 +123,11 @@ def _when(job: control.JobRow, now: datetime) -> str:
 
 
 def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: iso(v) if isinstance(v, datetime) else v for k, v in value.items()}
+    # Encrypted arguments as [encrypted: key ID], never their envelope (supervisor/crypto).
+    return {
+        k: iso(v) if isinstance(v, datetime) else mask(v) if k == "args" else v
+        for k, v in value.items()
+    }
 
 
 def jobs_list(ctx: Context) -> int:
@@ -207,7 +212,7 @@ def jobs_show(ctx: Context) -> int:
         if job.pool is not None:
             where = f"{safe(job.host)}: {job.pool}#{job.slot} (pid {job.pid}), {where}"
         lines += [f"  runs on     {where}", f"  lease until {when(job.lease_until)}"]
-    args = json.dumps(job.args, indent=2, ensure_ascii=False, sort_keys=True)
+    args = json.dumps(mask(job.args), indent=2, ensure_ascii=False, sort_keys=True)
     lines += ["args:", *(f"  {line}" for line in safe_block(args).splitlines()), "last error:"]
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
