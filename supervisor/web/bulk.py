@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from supervisor.crypto import mask
+from supervisor.crypto.search import protected_keys, search_problem
 from supervisor.queue.control import STATES
 from supervisor.web import audit, finder
 from supervisor.web.actions import ActionError, Done
@@ -87,10 +89,21 @@ def _ids(values: Mapping[str, Any], field: str = "ids") -> list[int]:
     return sorted({int(part) for part in raw})
 
 
+def _filter(site: Site, params: Any) -> finder.JobFilter:
+    """The page's filter; a search naming an encrypted field is a 400 (supervisor/crypto)."""
+    which = finder.JobFilter.from_query(params)
+    problem = search_problem(which.args, protected_keys(site.config, which.kind))
+    if problem:
+        raise HTTPException(400, problem)
+    return which
+
+
 def routes(site: Site) -> list[Route]:
     async def jobs(request: Request) -> Response:
-        which = finder.JobFilter.from_query(request.query_params)
+        which = _filter(site, request.query_params)
         page = await finder.find(site.pool, which, _before(request))
+        for job in page.jobs:  # envelopes as [encrypted: key ID]
+            job["args"] = mask(job["args"])
         return site.render(
             request,
             "jobs.html",
@@ -103,7 +116,7 @@ def routes(site: Site) -> list[Route]:
 
     async def dry_run(request: Request) -> Response:
         bulk = _bulk(request.query_params.get("action"))
-        which = finder.JobFilter.from_query(request.query_params)
+        which = _filter(site, request.query_params)
         states = _states(bulk, which)
         counted = await finder.dry_run(site.pool, which, states)
         return site.render(
@@ -134,7 +147,7 @@ def routes(site: Site) -> list[Route]:
             )
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         bulk = _bulk(values.get("action"))
-        which = finder.JobFilter.from_query(values)
+        which = _filter(site, values)
         states = _states(bulk, which)
         progress = Progress.of(values)
         try:

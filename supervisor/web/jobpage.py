@@ -14,6 +14,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from supervisor.crypto import mask
 from supervisor.queue.control import Errors, JobDetail, errors_of
 from supervisor.queue.queries import query
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
@@ -71,6 +72,8 @@ async def read(
             await cur.execute(query("job_detail"), {"id": job_id})
             row = await cur.fetchone()
         job = JobDetail(*row) if row is not None else None
+        if job is not None:  # envelopes as [encrypted: key ID] (supervisor/crypto)
+            job = replace(job, args=mask(job.args))
         if job is not None and redacted:
             job = replace(job, args=redact(job.args, redacted))
         params = {

@@ -4,6 +4,7 @@ seeing plaintext; `keys status`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,8 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from supervisor import NewJob, Secret, claim, enqueue, enqueue_batch, enqueue_many
 from supervisor.crypto import envelope, keys
@@ -137,3 +140,46 @@ def test_drain_a_reconcile_hook_and_a_replay_see_plaintext(
         "SELECT last_error FROM pgq.jobs WHERE id = %s", (unknown,)
     ).fetchone()[0]
     assert "6011" not in (last_error or "")
+
+
+def test_the_dashboard_shows_envelopes_by_key_and_refuses_a_search_naming_an_encrypted_field(
+    conn: psycopg.Connection[Any], dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from supervisor.config import load_config
+    from supervisor.web import create_app
+    from supervisor.web.security import Credentials
+
+    monkeypatch.setenv("PGQ_KEYS", f"k1:{new_key()}")
+    path = tmp_path / "pgq.yaml"
+    path.write_text(CONFIG + "jobs: {charge: {encrypt: [card]}}\n")
+    config = load_config(path)
+    job_id = enqueue(conn, "charge", {"card": Secret("4111-0000"), "order": 7})
+
+    async def steps(client: Any) -> dict[str, Any]:
+        return {
+            "job": await client.get(f"/jobs/{job_id}"),
+            "list": await client.get("/jobs"),
+            "search": await client.get('/jobs?args={"card": "4111-0000"}'),
+            "folded": await client.get('/jobs?args={"order": 7, "CARD": "x"}&kind=charge'),
+            "fine": await client.get('/jobs?args={"order": 7}'),
+            "dry": await client.get('/jobs/bulk?action=cancel&args={"card": "4111"}'),
+        }
+
+    async def run() -> dict[str, Any]:
+        async with AsyncConnectionPool(dsn, min_size=1, kwargs={"autocommit": True}) as pool:
+            app = create_app(pool=pool, config=config, credentials=Credentials())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+                return await steps(c)
+
+    pages = asyncio.run(run())
+    for name in ("job", "list", "fine"):
+        assert pages[name].status_code == 200, name
+        assert "[encrypted: key k1]" in pages[name].text, name
+        assert "$pgq_secret" not in pages[name].text and "4111" not in pages[name].text
+    for name in ("search", "folded", "dry"):
+        assert pages[name].status_code == 400, name
+        # The message names the key and where it is declared, not the value searched for (the
+        # header's links carry the operator's own query back, as on every page).
+        message = pages[name].text.split("<main>")[1]
+        assert "jobs.charge.encrypt" in message and "4111" not in message, message
