@@ -13,9 +13,9 @@ import sys
 from supervisor.cli.session import json_argument, positive_int, session
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.config.encryption import ring
-from supervisor.crypto import keys as keys_mod
-from supervisor.crypto.keys import KeysError
 from supervisor.crypto.rotate import Rotation, envelopes_by_key, rotate
+from supervisor.queue import keyring as keys_mod
+from supervisor.queue.keyring import KeysError
 from supervisor.shared.exits import MasterExit
 
 

@@ -315,7 +315,7 @@ def run(ctx: Context) -> int:
                 )
                 return MasterExit.CONFIG
         from supervisor.config.encryption import ring
-        from supervisor.crypto import keys
+        from supervisor.queue import keyring as keys
 
         # The keys file's ring for every process forked from here: handlers that enqueue
         # Secrets, the reconciler's hooks (PGQ_KEYS is read by each process itself).

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 from supervisor.config.fields import Section, optional, text
 from supervisor.config.model import EncryptionConfig
-from supervisor.crypto import keys as keys_mod
-from supervisor.crypto.keys import Keyring, KeysError
+from supervisor.queue import keyring as keys_mod
+from supervisor.queue.keyring import Keyring, KeysError
 
 ENCRYPTION_KEYS = ("keys_file",)
 

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from supervisor.crypto import envelope
-from supervisor.crypto.keys import Keyring, KeysError
+from supervisor.queue import secrets as envelope
+from supervisor.queue.keyring import Keyring, KeysError
 
 log = logging.getLogger("pgq.worker")
 SHOWN = "[encrypted]"
@@ -120,7 +120,7 @@ def opened(job: Any) -> Any:
     envelope.Unopenable naming the key id or the failed authentication."""
     if not envelope.has_envelope(job.args):
         return job
-    from supervisor.crypto import keys
+    from supervisor.queue import keyring as keys
 
     args = envelope.open_args(job.args, job.kind, keys.active())
     if hasattr(job, "_replace"):

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from supervisor.crypto import envelope
-from supervisor.crypto.keys import Keyring
+from supervisor.queue import secrets as envelope
+from supervisor.queue.keyring import Keyring
 from supervisor.queue.queries import parse, sql_text
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from supervisor.crypto.envelope import MARK
+from supervisor.queue.secrets import MARK
 
 
 def protected_keys(config: Any, kind: str | None = None) -> dict[str, str]:

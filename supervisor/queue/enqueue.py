@@ -26,9 +26,9 @@ from typing import Any, Literal, NamedTuple
 import psycopg
 from psycopg.rows import tuple_row
 
-from supervisor.crypto import envelope
-from supervisor.crypto.keys import KeysError
+from supervisor.queue import secrets as envelope
 from supervisor.queue import tracecontext as tracing
+from supervisor.queue.keyring import KeysError
 from supervisor.queue.queries import positional, query
 
 DEFAULT_QUEUE = "default"

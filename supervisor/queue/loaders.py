@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 
-from supervisor.crypto.envelope import MARK_TEXT, Sealed
+from supervisor.queue.secrets import MARK_TEXT, Sealed
 
 _decode = json.JSONDecoder().decode
 

@@ -20,8 +20,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from supervisor import NewJob, Secret, claim, enqueue, enqueue_batch, enqueue_many
-from supervisor.crypto import envelope, keys
-from supervisor.crypto.keys import new_key
+from supervisor.queue import keyring as keys
+from supervisor.queue import secrets as envelope
+from supervisor.queue.keyring import new_key
 from supervisor.queue.maintenance import requeue_worker
 from supervisor.services.reconciler import run_round
 from supervisor.testing import drain

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, Secret, enqueue, enqueue_async, enqueue_batch, enqueue_many
-from supervisor.crypto.keys import new_key
+from supervisor.queue.keyring import new_key
 from tests.commands import run_cli
 from tests.lifecycle.harness import Supervisor, query, wait_for
 from tests.secret_handlers import SECRETS

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from supervisor import EnqueueError, Secret
-from supervisor.crypto import envelope, keys
-from supervisor.crypto.keys import KeysError, new_key
+from supervisor.queue import keyring as keys
+from supervisor.queue import secrets as envelope
 from supervisor.queue.enqueue import encode_args
+from supervisor.queue.keyring import KeysError, new_key
 from tests.commands import run_cli
 
 CONFIG = """

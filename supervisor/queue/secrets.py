@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from supervisor.crypto import keys as keys_mod
-from supervisor.crypto.keys import Keyring, KeysError
+from supervisor.queue import keyring as keys_mod
+from supervisor.queue.keyring import Keyring, KeysError
 
 MARK = "$pgq_secret"
 # The mark as it appears in a row's JSON text: a quick test before any walk (queue/loaders.py).
