@@ -194,7 +194,9 @@ def encode_args(kind: str, args: object, *, limit: int = MAX_ARGS_BYTES) -> str:
             f"job {kind!r}: args are nested too deeply to encode (Python's recursion limit is "
             f"{sys.getrecursionlimit()} levels)"
         ) from None
-    if _JSON_NUL.search(text):
+    # The substring test first: the pattern walks every character, about half of a small job's
+    # encode (3.6 of 8 us) and more for sealed args, whose base64 is long.
+    if "\\u0000" in text and _JSON_NUL.search(text):
         raise EnqueueError(
             f"job {kind!r}: args contain a NUL character (\\u0000), which PostgreSQL's jsonb "
             "cannot store; encode binary data (base64) first"

@@ -26,6 +26,7 @@ MARK_TEXT = f'"{MARK}"'
 _NONCE = 12
 _JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 _decode = json.JSONDecoder().decode
+_quote = json.encoder.encode_basestring  # the C version when available, as json.dumps uses
 
 
 class Secret:
@@ -66,7 +67,9 @@ def _aad(key_id: str, kind: str) -> bytes:
 def seal(value: Any, kind: str, ring: Keyring, key_id: str | None = None) -> dict[str, Any]:
     """The envelope of ``value`` under ``key_id`` (default: the ring's first key)."""
     key_id = key_id or ring.current
-    plain = _JSON.encode(value).encode("utf-8")
+    # A string (most secrets) through the C quoting directly, not the encoder's Python layers.
+    text_value = _quote(value) if type(value) is str else _JSON.encode(value)
+    plain = text_value.encode("utf-8")
     nonce = os.urandom(_NONCE)
     sealed = ring.cipher(key_id).encrypt(nonce, plain, _aad(key_id, kind))
     text = base64.urlsafe_b64encode(nonce + sealed).decode("ascii").rstrip("=")
