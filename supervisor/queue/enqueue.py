@@ -26,6 +26,7 @@ from typing import Any, Literal, NamedTuple
 import psycopg
 from psycopg.rows import tuple_row
 
+from supervisor.queue import keyring
 from supervisor.queue import secrets as envelope
 from supervisor.queue import tracecontext as tracing
 from supervisor.queue.keyring import KeysError
@@ -156,16 +157,27 @@ _JSON = json.JSONEncoder(
 )
 
 
+# The sealing encoder of each kind, made once per key ring: a new encoder and its sealing
+# closure cost about as much as a seal. Bounded like _GOOD_NAMES.
+_SEALING: dict[str, tuple[Any, json.JSONEncoder]] = {}
+
+
 def _sealed_text(kind: str, args: object) -> str:
     """Args holding Secrets, encoded with each Secret sealed under the first key (envelope)."""
     try:
-        encoder = json.JSONEncoder(
-            allow_nan=False,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=envelope.sealer(kind),
-        )
-        return encoder.encode(args)
+        ring = keyring.active()
+        made = _SEALING.get(kind) if type(kind) is str else None
+        if made is None or made[0] is not ring:
+            encoder = json.JSONEncoder(
+                allow_nan=False,
+                separators=(",", ":"),
+                ensure_ascii=False,
+                default=envelope.sealer(kind, ring),
+            )
+            if len(_SEALING) >= _GOOD_NAMES_LIMIT:
+                _SEALING.clear()
+            made = _SEALING[kind] = (ring, encoder)
+        return made[1].encode(args)
     except KeysError as exc:
         raise EnqueueError(
             str(exc) if str(exc).startswith("job ") else f"job {kind!r}: {exc}"

@@ -156,9 +156,9 @@ def in_clear(args: Any, fields: tuple[str, ...]) -> list[str]:
     return [f for f in fields if f in args and envelope_key(args[f]) is None]
 
 
-def sealer(kind: str) -> Any:
-    """A JSON encoder's ``default`` that seals each Secret it meets for ``kind``."""
-    ring = keys_mod.active()
+def sealer(kind: str, ring: Keyring | None) -> Any:
+    """A JSON encoder's ``default`` that seals each Secret it meets for ``kind`` with ``ring``
+    (this process's keys: keyring.active())."""
     if ring is None:
         raise KeysError(
             f"job {kind!r}: a Secret argument needs keys: set {keys_mod.ENV}=ID:KEY "
