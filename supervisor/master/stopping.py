@@ -52,6 +52,7 @@ class Stopping:
             new = load_config(self.config.path)
             handlers = load_handlers(new)
             load_reconcilers(new)
+            keys_changed = reload_keys(new)
         except ConfigError as exc:
             log.error("reload rejected, keeping the running configuration: %s", exc)
             return
@@ -67,6 +68,7 @@ class Stopping:
             or new.lease != self.config.lease
             or new.history != self.config.history
             or new.tenants != self.config.tenants  # children read the tenant weights at fork
+            or keys_changed  # children open and seal with the keys they had at fork
         )
         old_pools = self.pools
         self.config, self.handlers, self.kinds = new, handlers, sorted(handlers)
@@ -148,3 +150,22 @@ class Stopping:
             self.metrics.close()
         signal.set_wakeup_fd(-1)
         log.info("supervisor stopped (exit code %d)", self.exit_code)
+
+
+def reload_keys(new: Config) -> bool:
+    """Install the reloaded keys file's ring for the processes forked from now on; whether it
+    differs from the running one (then every child is replaced). PGQ_KEYS cannot change in a
+    running process: only a keys file can."""
+    from supervisor.config import ConfigError, ConfigIssue
+    from supervisor.config.encryption import ring
+    from supervisor.queue import keyring
+
+    try:
+        fresh = ring(new.encryption) if new.encryption.keys_file else None
+    except keyring.KeysError as exc:  # changed again since load_config read it
+        raise ConfigError([ConfigIssue("encryption.keys_file", str(exc))], new.path) from None
+    if fresh == keyring.installed():
+        return False
+    keyring.install(fresh)
+    log.info("reload: the keys of encrypted arguments changed; every child is replaced")
+    return True

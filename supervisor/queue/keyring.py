@@ -144,6 +144,11 @@ def install(ring: Keyring | None) -> None:
     _installed = ring
 
 
+def installed() -> Keyring | None:
+    """The ring ``install`` set, or None (then PGQ_KEYS is used)."""
+    return _installed
+
+
 def active() -> Keyring | None:
     """This process's ring, or None when it has none (no PGQ_KEYS, nothing installed)."""
     global _from_env

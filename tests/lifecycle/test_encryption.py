@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from supervisor import NewJob, Secret, enqueue, enqueue_async, enqueue_batch, enqueue_many
 from supervisor.queue.keyring import new_key
 from tests.commands import run_cli
-from tests.lifecycle.harness import Supervisor, query, wait_for
+from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.secret_handlers import SECRETS
 
 CARD = "4111-1111-1111-1234"
@@ -214,3 +215,37 @@ def test_a_field_in_clear_and_a_missing_key_are_refused_naming_the_field_or_key(
     assert f"job {clear} (see): argument 'card' is stored in clear" in sup.log()
     assert "key 'k9'" in sup.log()
     assert CARD not in sup.log()
+
+
+def test_a_key_added_to_the_keys_file_by_a_reload_opens_the_jobs_waiting_for_it(
+    supervisor: Callable[..., Supervisor], secrets_table: str, tmp_path: Any
+) -> None:
+    dsn = secrets_table
+    old, new = f"k1:{new_key()}", f"k2:{new_key()}"
+    (tmp_path / "keys").write_text(f"# the supervisor's keys\n{old}\n")
+    yaml_text = POOLS % {"attempts": 1000} + "encryption: {keys_file: keys}\n"
+    env = {k: v for k, v in os.environ.items() if k != "PGQ_KEYS"}
+    sup = supervisor(yaml_text)
+    sup.env = {**env, "PGQ_DSN": dsn, "PYTHONPATH": sup.env["PYTHONPATH"]}
+    sup.start()
+    os.environ["PGQ_KEYS"] = new  # a producer that got the new key first
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            job_id = enqueue(conn, "see", {"card": Secret(CARD)}, queue="threaded")
+    finally:
+        del os.environ["PGQ_KEYS"]
+    wait_for(
+        lambda: (
+            "key 'k2'"
+            in (scalar(dsn, "SELECT last_error FROM pgq.jobs WHERE id = %s", (job_id,)) or "")
+        ),
+        60,
+        what="the attempt that lacks k2",
+    )
+    assert _seen(dsn, job_id) == []
+    (tmp_path / "keys").write_text(f"{new}\n{old}\n")
+    sup.send(signal.SIGHUP)
+    ((_, args, _),) = wait_for(lambda: _seen(dsn, job_id), 60, what="the job ran after the reload")
+    assert json.loads(args) == {"card": CARD}
+    sup.wait_log("keys of encrypted arguments changed")
+    assert new.split(":")[1] not in sup.log() and CARD not in sup.log()
