@@ -36,6 +36,7 @@ from supervisor.queue import jobs as jobs_api
 from supervisor.queue.context import JobContext
 from supervisor.queue.job import Job
 from supervisor.queue.queries import query
+from supervisor.queue.secrets import unwrapped
 
 Status = Literal["completed", "retry", "discard", "snooze", "cancelled", "lost"]
 _STATUS: dict[str, Status] = {
@@ -113,7 +114,8 @@ def run_inline(
     whether a failure is retried or discarded; ``lease_held`` and ``cancelled`` set what the
     context's ``lease_held()`` and ``cancelled()`` answer. No database is needed."""
     now = datetime.now(timezone.utc)
-    job = Job(job_id, queue, kind, dict(args or {}), 0, now, attempt, max_attempts, 0, now, now)
+    plain = unwrapped(dict(args or {}))  # Secrets as the handler would receive them
+    job = Job(job_id, queue, kind, plain, 0, now, attempt, max_attempts, 0, now, now)
     context = _context(job, lambda: lease_held, lambda: cancelled)
     return _outcome(*_call(func, job, context))
 

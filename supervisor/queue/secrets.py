@@ -129,6 +129,18 @@ def open_args(value: Any, kind: str, ring: Keyring | None, found: list[Any] | No
     return value
 
 
+def unwrapped(value: Any) -> Any:
+    """``value`` with each Secret replaced by its value: what a handler receives for arguments
+    given with Secrets (supervisor.testing.run_inline, where nothing is stored)."""
+    if isinstance(value, Secret):
+        return value.value
+    if isinstance(value, dict):
+        return {k: unwrapped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [unwrapped(v) for v in value]
+    return value
+
+
 def has_envelope(value: Any) -> bool:
     if isinstance(value, dict):
         return (MARK in value and len(value) == 1) or any(has_envelope(v) for v in value.values())

@@ -115,3 +115,11 @@ def test_keys_parse_errors_name_the_entry() -> None:
         keys.from_text(f"bad id:{GOOD}")
     with pytest.raises(KeysError, match="cannot read the keys file"):
         keys.from_file("/nonexistent/keys")
+
+
+def test_run_inline_passes_a_secrets_value_through() -> None:
+    from supervisor.testing import run_inline
+
+    seen: list[object] = []
+    run_inline(lambda card, n: seen.append((card, n)), {"card": Secret("4111"), "n": [Secret(1)]})
+    assert seen == [("4111", [1])]
