@@ -123,3 +123,26 @@ def test_run_inline_passes_a_secrets_value_through() -> None:
     seen: list[object] = []
     run_inline(lambda card, n: seen.append((card, n)), {"card": Secret("4111"), "n": [Secret(1)]})
     assert seen == [("4111", [1])]
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ('jobs: {charge: {encrypt: [""]}}', "jobs.charge.encrypt"),
+        ("encryption: {keys_file: keys, keys: x}", "encryption.keys: unknown key"),
+        ("encryption: {keys_file: missing}", "cannot read the keys file"),
+    ],
+)
+def test_check_refuses_a_bad_encryption_section(
+    tmp_path: Path, section: str, expected: str
+) -> None:
+    (tmp_path / "keys").write_text(f"k1:{GOOD}\n")
+    config = tmp_path / "pgq.yaml"
+    config.write_text(
+        'handlers: {charge: "tests.secret_handlers:see"}\n'
+        "pools: {main: {queues: {default: 1}}}\n" + section + "\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PGQ_KEYS"}
+    done = run_cli(config, "check", env=env)
+    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert GOOD not in done.stderr
