@@ -14,8 +14,9 @@ machine is shared: alternation spreads its noise over both), median of the round
   and, for sealed args, open), process and wall time. Completing the jobs is outside the timing.
 
 Sealing interleaved with round trips costs more than in the encode loop (cold caches): the
-enqueue figures are the ones a producer sees. The args are a small order: ``{"order": n, "card": CARD, "email": EMAIL}``; sealed, card and
-email are Secrets (two envelopes a job). Uses PGQ_KEYS if set, else a key made for the run.
+enqueue figures are the ones a producer sees. The args are a small order:
+``{"order": n, "card": CARD, "email": EMAIL}``; sealed, card and email are Secrets (two
+envelopes a job). Uses PGQ_KEYS if set, else a key made for the run.
 """
 
 from __future__ import annotations
