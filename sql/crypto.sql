@@ -1,6 +1,6 @@
 -- Named queries of encrypted arguments (supervisor/crypto): key rotation and key counts.
--- Loaded by supervisor/crypto/rotate.py from this file alone; the same rules as
--- sql/queries.sql: a "-- name:" line, the description, the statement; every value a parameter.
+-- The same rules as every sql/*.sql file: a "-- name:" line, the description, the statement;
+-- every value a parameter.
 -- An envelope is {"$pgq_secret": {"key": ID, "ct": TEXT}} anywhere inside a job's args. The
 -- paths are strict: lax mode's .** visits an array's items twice (each envelope counted twice).
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import psycopg
@@ -21,12 +20,7 @@ from psycopg.types.json import Jsonb
 
 from supervisor.queue import secrets as envelope
 from supervisor.queue.keyring import Keyring
-from supervisor.queue.queries import parse, sql_text
-
-
-@cache
-def crypto_query(name: str) -> str:
-    return parse(sql_text("crypto.sql"))[name]
+from supervisor.queue.queries import query
 
 
 @dataclass
@@ -82,7 +76,7 @@ def rotate(
         while True:
             with conn.transaction():
                 rows = conn.execute(
-                    crypto_query(f"rotate_{table}_scan"),
+                    query(f"rotate_{table}_scan"),
                     {"after": after, "scan": scan, "key": ring.current},
                 ).fetchall()
                 last = rows[-1][3] if rows else None
@@ -102,7 +96,7 @@ def rotate(
                     done.envelopes += counted[0]
                 if ids:
                     written = conn.execute(
-                        crypto_query(f"rotate_{table}_write"),
+                        query(f"rotate_{table}_write"),
                         {"ids": ids, "old": old, "new": new},
                     ).fetchall()
                     done.rows += len(written)
@@ -120,4 +114,4 @@ def rotate(
 
 def envelopes_by_key(conn: psycopg.Connection[Any]) -> dict[str, int]:
     """Envelopes per key id in jobs and batches (a full read of both)."""
-    return {k: int(n) for k, n in conn.execute(crypto_query("envelopes_by_key")).fetchall()}
+    return {k: int(n) for k, n in conn.execute(query("envelopes_by_key")).fetchall()}

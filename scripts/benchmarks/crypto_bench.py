@@ -1,7 +1,7 @@
 """What encrypted arguments cost: enqueue and claim-to-handler, with and without a Secret,
 side by side in one run, as ratios. Figures as text on stderr, then one JSON line on stdout.
 
-    python scripts/crypto_bench.py [--dsn DSN] [--jobs 2000] [--rounds 5] [--batch 50]
+    python scripts/benchmarks/crypto_bench.py [--dsn DSN] [--jobs 2000] [--rounds 5] [--batch 50]
 
 Three measures, each alternated plain / sealed round after round on the same database (the
 machine is shared: alternation spreads its noise over both), median of the rounds:
