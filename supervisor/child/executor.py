@@ -186,8 +186,8 @@ class Executor:
         if self.opener.wants(job.kind, args):
             try:
                 args, secrets = self.opener.open(job.id, job.kind, args)
-            except Refused as refused:
-                return self._refused(job, refused)
+            except Refused as closed:
+                return self._refused(job, closed)
         handler = self.handlers[job.kind]
         started = self.board.job_started(
             thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
