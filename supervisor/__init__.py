@@ -10,6 +10,7 @@ The library half, used by applications and by the supervisor alike::
 """
 
 from supervisor import clash
+from supervisor.crypto import Secret
 from supervisor.queue.batches import (
     Batch,
     BatchStatus,
@@ -58,6 +59,7 @@ __all__ = [
     "LeaseLost",
     "NewJob",
     "Retry",
+    "Secret",
     "Snooze",
     "UnknownOutcome",
     "batch_status",

@@ -30,11 +30,13 @@ import psycopg
 
 from supervisor.child.weights import TenantRotation
 from supervisor.config.handlers import argument_mismatch, wants_context
+from supervisor.crypto.opening import opened
 from supervisor.queue import control, outcomes, scheduled
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.context import JobContext
 from supervisor.queue.job import Job
 from supervisor.queue.queries import query
+from supervisor.queue.secrets import unwrapped
 
 Status = Literal["completed", "retry", "discard", "snooze", "cancelled", "lost"]
 _STATUS: dict[str, Status] = {
@@ -83,7 +85,8 @@ def _call(
         discarded = outcomes.discard(job, f"the arguments do not match the handler: {mismatch}")
         return discarded, None, None
     try:
-        value = func(**job.args, job=context) if wants_context(func) else func(**job.args)
+        args = opened(job).args  # encrypted arguments as the handler gave them (Secret)
+        value = func(**args, job=context) if wants_context(func) else func(**args)
     except Exception as exc:
         raised = exc
     settlement = outcomes.of_attempt(
@@ -115,7 +118,8 @@ def run_inline(
     whether a failure is retried or discarded; ``lease_held`` and ``cancelled`` set what the
     context's ``lease_held()`` and ``cancelled()`` answer. No database is needed."""
     now = datetime.now(timezone.utc)
-    job = Job(job_id, queue, kind, dict(args or {}), 0, now, attempt, max_attempts, 0, now, now)
+    plain = unwrapped(dict(args or {}))  # Secrets as the handler would receive them
+    job = Job(job_id, queue, kind, plain, 0, now, attempt, max_attempts, 0, now, now)
     context = _context(job, lambda: lease_held, lambda: cancelled)
     return _outcome(*_call(func, job, context))
 

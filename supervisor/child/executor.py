@@ -14,9 +14,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from supervisor.crypto.opening import Opener, Refused
+from supervisor.crypto.opening import scrub as scrub_opened
 from supervisor.observability.tracing import Attempts, Telemetry
 from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
@@ -101,6 +104,7 @@ class Executor:
         telemetry = Telemetry.from_env()
         self.attempts = Attempts(telemetry) if telemetry is not None else None
         self.telemetry = telemetry
+        self.opener = Opener.of(config)
 
     def written(self, recorded: list[Job], lost: list[Job]) -> None:
         """Completer.on_written: the attempts' spans end once their outcome is written."""
@@ -189,6 +193,13 @@ class Executor:
         if refused is not None:
             return refused
         policy = self.config.policy(job.kind)
+        args: dict[str, Any] = job.args
+        secrets: list[Any] = []
+        if self.opener.wants(job.kind, args):
+            try:
+                args, secrets = self.opener.open(job.id, job.kind, args)
+            except Refused as closed:
+                return self._refused(job, closed)
         handler = self.handlers[job.kind]
         mismatch = handler.mismatch(job.args)
         if mismatch is not None:
@@ -210,7 +221,7 @@ class Executor:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
             try:
-                value = handler(job.args, context)
+                value = handler(args, context)
             except (JobTimeout, JobCancelled, Orphaned):
                 raise
             except BaseException as exc:  # a handler's SystemExit is its failure, not ours
@@ -227,6 +238,9 @@ class Executor:
             )
             if settlement is None and value is not None:
                 settlement = self._keep_result(job, value)
+            if secrets and settlement is not None and settlement.error:
+                # A handler's message may quote what it was given: never an encrypted value.
+                settlement = replace(settlement, error=scrub_opened(settlement.error, secrets))
         except JobTimeout:
             self.interruptible = False
             settlement = self.timed_out(job)
@@ -251,6 +265,21 @@ class Executor:
                     error = settlement.error if settlement is not None else None
                     self.attempts.outcome(job, span, label, error)
         return settlement
+
+    def _refused(self, job: Job, refused: Refused) -> outcomes.Settlement:
+        """A job whose encrypted arguments cannot be opened, or whose ``encrypt:`` field came in
+        clear (supervisor/crypto/opening.py says which are retried)."""
+        log.error("%s", refused.message, extra=job_fields(job, self.pool))
+        if not refused.retry:
+            return outcomes.discard(job, refused.message)
+        policy = self.config.policy(job.kind)
+        return outcomes.failure(
+            job,
+            refused.message,
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
 
     def _keep_result(self, job: Job, value: Any) -> outcomes.Settlement | None:
         """Encode what the handler returned, to be kept with its completion; a value that is

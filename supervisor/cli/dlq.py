@@ -26,6 +26,7 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.verbs import Context, UsageError
 from supervisor.config.units import format_duration
+from supervisor.crypto import mask
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
@@ -234,6 +235,7 @@ def dlq_show(ctx: Context) -> int:
     if ctx.args.json:
         document = {k: iso(v) if isinstance(v, datetime) else v for k, v in job.items()}
         document["max_attempts"] = ctx.config.attempt_limit(job["kind"], job["max_attempts"])
+        document["args"] = mask(job["args"])  # envelopes as [encrypted: key ID]
         document["finished_age_seconds"] = (now - job["finished_at"]).total_seconds()
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -247,7 +249,7 @@ def _show_lines(ctx: Context, job: dict[str, Any], now: datetime) -> list[str]:
             return "-"
         return f"{clock_time(moment)} ({age((now - moment).total_seconds())} ago)"
 
-    args = json.dumps(job["args"], indent=2, ensure_ascii=False, sort_keys=True)
+    args = json.dumps(mask(job["args"]), indent=2, ensure_ascii=False, sort_keys=True)
     lines = [
         f"job {job['id']}: {safe(job['kind'])} on queue {safe(job['queue'])}, discarded",
         f"  attempts    {job['attempts']} of "

@@ -58,6 +58,12 @@ EXAMPLES: dict[str, list[str]] = {
     "queues pause": ["-c queues.yaml queues pause pdf reports"],
     "queues resume": ["-c queues.yaml queues resume pdf"],
     "queues paused": ["-c queues.yaml queues paused --json"],
+    "keys new": ["-c queues.yaml keys new", "-c queues.yaml keys new k2"],
+    "keys status": ["-c queues.yaml keys status", "-c queues.yaml keys status --json"],
+    "keys rotate": [
+        "-c queues.yaml keys rotate",
+        "-c queues.yaml keys rotate --slice 500 --pause 0.5 --json",
+    ],
 }
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from supervisor.cli.session import session
 from supervisor.cli.verbs import Context, UsageError
+from supervisor.crypto.search import protected_keys, search_problem
 from supervisor.queue import bulk
 from supervisor.queue.control import STATES
 from supervisor.shared.exits import MasterExit
-from supervisor.shared.redact import refusal, refused_search
 from supervisor.shared.words import plural
 from supervisor.views.text import safe
 
@@ -66,9 +66,9 @@ def job_filter(args: argparse.Namespace) -> bulk.JobFilter:
 def chosen(ctx: Context, command: str) -> bulk.JobFilter | None:
     """The filter, or None when IDs were given; both or neither is exit 2."""
     which = job_filter(ctx.args)
-    named = refused_search(which.args, ctx.config.web.redact)
-    if named:  # counted or acted on, the answer would tell the value one guess at a time
-        raise UsageError(refusal(named))
+    problem = search_problem(which.args, protected_keys(ctx.config, which.kind))
+    if problem:  # counted or acted on, the answer would tell the value one guess at a time
+        raise UsageError(problem)
     if ctx.args.ids and not which.empty:
         raise UsageError(f"jobs {command}: give IDs or a filter, not both")
     if not ctx.args.ids and which.empty:

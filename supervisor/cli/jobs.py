@@ -25,9 +25,11 @@ from supervisor.cli.session import (
     session,
 )
 from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.crypto import mask
+from supervisor.crypto.search import protected_keys, search_problem
 from supervisor.queue import bulk, control, maintenance, unknown
 from supervisor.shared.exits import MasterExit
-from supervisor.shared.redact import refusal, refused_search, shown
+from supervisor.shared.redact import shown
 from supervisor.shared.words import plural
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
@@ -146,15 +148,19 @@ def _when(job: control.JobRow, now: datetime) -> str:
 
 
 def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: iso(v) if isinstance(v, datetime) else v for k, v in value.items()}
+    # Encrypted arguments as [encrypted: key ID], never their envelope (supervisor/crypto).
+    return {
+        k: iso(v) if isinstance(v, datetime) else mask(v) if k == "args" else v
+        for k, v in value.items()
+    }
 
 
 def jobs_list(ctx: Context) -> int:
     a = ctx.args
     search = parse_json_object(a.args_filter) if a.args_filter is not None else None
-    named = refused_search(search, ctx.config.web.redact)
-    if named:  # found or not, the answer would tell the value one guess at a time
-        raise UsageError(refusal(named))
+    problem = search_problem(search, protected_keys(ctx.config, a.kind))
+    if problem:  # found or not, the answer would tell the value one guess at a time
+        raise UsageError(problem)
     with session(ctx, snapshot=True) as conn, conn.transaction():
         now = server_clock(conn)
         jobs = control.list_jobs(
@@ -246,7 +252,7 @@ def jobs_show(ctx: Context) -> int:
         if job.pool is not None:
             where = f"{safe(job.host)}: {job.pool}#{job.slot} (pid {job.pid}), {where}"
         lines += [f"  runs on     {where}", f"  lease until {when(job.lease_until)}"]
-    args = json.dumps(job.args, indent=2, ensure_ascii=False, sort_keys=True)
+    args = json.dumps(mask(job.args), indent=2, ensure_ascii=False, sort_keys=True)
     lines += ["args:", *(f"  {line}" for line in safe_block(args).splitlines()), "last error:"]
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]

@@ -145,7 +145,16 @@ def verbs_with_json(parser: argparse.ArgumentParser) -> list[str]:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import batches, doctor, jobs, operator, queues, schedules, web  # noqa: F401
+    from supervisor.cli import (  # noqa: F401
+        batches,
+        doctor,
+        jobs,
+        keys,
+        operator,
+        queues,
+        schedules,
+        web,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,6 +350,12 @@ def run(ctx: Context) -> int:
                     file=sys.stderr,
                 )
                 return MasterExit.CONFIG
+        from supervisor.config.encryption import ring
+        from supervisor.queue import keyring as keys
+
+        # The keys file's ring for every process forked from here: handlers that enqueue
+        # Secrets, the reconciler's hooks (PGQ_KEYS is read by each process itself).
+        keys.install(ring(ctx.config.encryption) if ctx.config.encryption.keys_file else None)
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
 
 

@@ -104,6 +104,9 @@ class JobPolicy:
     # attempt that ends without a recorded outcome leaves the job 'unknown' instead of retrying.
     effects: str = "internal"
     reconcile: str | None = None  # "module:function" asked what happened to an unknown job
+    # Top-level argument names that must arrive encrypted (an envelope); a job of this kind
+    # holding one in clear is discarded unrun (supervisor/crypto).
+    encrypt: tuple[str, ...] = ()
 
     @property
     def external(self) -> bool:
@@ -188,6 +191,13 @@ class WebConfig:
 
 
 @dataclass(frozen=True)
+class EncryptionConfig:
+    """Where the keys of encrypted arguments come from: a file, else PGQ_KEYS."""
+
+    keys_file: str | None = None  # absolute (made so relative to the YAML's folder)
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = "text"  # or "json"
     level: str = "info"  # debug, info, warning, error
@@ -252,6 +262,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
     schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
     results: ResultsConfig = field(default_factory=ResultsConfig)
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
@@ -281,6 +292,10 @@ class Config:
     def external_kinds(self) -> list[str]:
         """Kinds declared ``effects: external`` (the requeue and the rescuer need them)."""
         return sorted(kind for kind, policy in self.jobs.items() if policy.external)
+
+    def encrypted_fields(self) -> dict[str, tuple[str, ...]]:
+        """Kinds with ``encrypt:`` fields, and those fields."""
+        return {kind: p.encrypt for kind, p in self.jobs.items() if p.encrypt}
 
     def max_attempts_overrides(self) -> dict[str, int]:
         """Kinds whose policy sets max_attempts (the rescuer applies them to rescued jobs)."""

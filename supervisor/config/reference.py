@@ -56,6 +56,10 @@ HELP = {
     "jobs.<kind>.effects": "external: an attempt that ends without an outcome waits in unknown "
     "(docs/outcomes.md) instead of running again",
     "jobs.<kind>.reconcile": 'the hook ("module:function") that decides an unknown job\'s outcome',
+    "jobs.<kind>.encrypt": "argument names that must arrive encrypted (Secret); a job holding "
+    "one in clear is discarded unrun",
+    "encryption.keys_file": "the keys of encrypted arguments, ID:KEY a line, the first seals "
+    "(default: PGQ_KEYS)",
     "results.max_size": "the largest handler result kept with a job",
     "reconcile.interval": "how often unknown jobs are handed to their reconcile hooks",
     "reconcile.timeout": "how long one reconcile hook may take",

@@ -13,6 +13,7 @@ from datetime import time
 
 from yaml.nodes import Node
 
+from supervisor.config.encryption import encryption
 from supervisor.config.fields import (
     MAX_NAME,
     Section,
@@ -50,7 +51,7 @@ from supervisor.config.model import (
 from supervisor.config.reader import Bad, Reader
 from supervisor.config.schedules import schedules
 from supervisor.config.units import format_duration, format_size
-from supervisor.config.web import web
+from supervisor.config.web import names, web
 from supervisor.queue.dsn import parse_problem
 
 MiB = 2**20
@@ -83,6 +84,7 @@ TOP_KEYS = (
     "host",
     "results",
     "reconcile",
+    "encryption",
 )
 POOL_KEYS = (
     "queues",
@@ -117,6 +119,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
         web=web(top.section("web", "allowed_hosts, trusted_proxies, read_only, redact")),
+        encryption=encryption(top, source, reader.env),
         schedules=schedules(top, kinds),
         results=_results(top.section("results", "max_size")),
         reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
@@ -310,7 +313,7 @@ def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
 
 
 def _policy(kind: str, s: Section) -> JobPolicy:
-    s.only("timeout", "max_attempts", "backoff", "effects", "reconcile")
+    s.only("timeout", "max_attempts", "backoff", "effects", "reconcile", "encrypt")
     effects = s.get("effects", choice("internal", "external"), "internal")
     reconcile = s.get("reconcile", optional(_handler_target), None)
     if reconcile is not None and effects != "external":
@@ -336,7 +339,14 @@ def _policy(kind: str, s: Section) -> JobPolicy:
         backoff_cap=cap,
         effects=effects,
         reconcile=reconcile,
+        encrypt=s.get("encrypt", names(_field_name), ()),
     )
+
+
+def _field_name(value: str) -> str:
+    if not value.strip():
+        raise Bad("must be an argument name (a top-level key of the job's args)")
+    return value
 
 
 def _results(s: Section) -> ResultsConfig:

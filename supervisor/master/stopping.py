@@ -53,6 +53,7 @@ class Stopping:
             new = load_config(self.config.path)
             handlers = load_handlers(new)
             load_reconcilers(new)
+            keys_changed = reload_keys(new)
         except ConfigError as exc:
             log.error("reload rejected, keeping the running configuration: %s", exc)
             return
@@ -69,6 +70,7 @@ class Stopping:
             "lease": new.lease != self.config.lease,
             "history": new.history != self.config.history,
             "tenants": new.tenants != self.config.tenants,
+            "encryption keys": keys_changed,  # children open and seal with their fork's keys
         }
         shared_changed = any(shared.values())
         if shared_changed:
@@ -178,3 +180,22 @@ class Stopping:
             self.metrics.close()
         signal.set_wakeup_fd(-1)
         log.info("supervisor stopped (exit code %d)", self.exit_code)
+
+
+def reload_keys(new: Config) -> bool:
+    """Install the reloaded keys file's ring for the processes forked from now on; whether it
+    differs from the running one (then every child is replaced). PGQ_KEYS cannot change in a
+    running process: only a keys file can."""
+    from supervisor.config import ConfigError, ConfigIssue
+    from supervisor.config.encryption import ring
+    from supervisor.queue import keyring
+
+    try:
+        fresh = ring(new.encryption) if new.encryption.keys_file else None
+    except keyring.KeysError as exc:  # changed again since load_config read it
+        raise ConfigError([ConfigIssue("encryption.keys_file", str(exc))], new.path) from None
+    if fresh == keyring.installed():
+        return False
+    keyring.install(fresh)
+    log.info("reload: the keys of encrypted arguments changed; every child is replaced")
+    return True

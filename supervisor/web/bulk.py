@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from supervisor.crypto import mask
+from supervisor.crypto.search import protected_keys, search_problem
 from supervisor.queue.bulk import ACTIONS, SLICE, Action, JobFilter, NotApplicable, states_for
 from supervisor.queue.control import STATES
 from supervisor.web import audit, finder, timeseries
@@ -64,10 +66,22 @@ def _ids(values: Mapping[str, Any], field: str = "ids") -> list[int]:
     return sorted({int(part) for part in raw})
 
 
+def _filter(site: Site, params: Any) -> JobFilter:
+    """The page's filter; a search naming an encrypted or a redacted key is a 400
+    (supervisor/crypto/search.py)."""
+    which = finder.filter_from(params)
+    problem = search_problem(which.args, protected_keys(site.config, which.kind))
+    if problem:
+        raise HTTPException(400, problem)
+    return which
+
+
 def routes(site: Site) -> list[Route]:
     async def jobs(request: Request) -> Response:
-        which = finder.filter_from(request.query_params, site.web.redact)
+        which = _filter(site, request.query_params)
         page = await finder.find(site.pool, which, _before(request), site.web.redact)
+        for job in page.jobs:  # envelopes as [encrypted: key ID]
+            job["args"] = mask(job["args"])
         return site.render(
             request,
             "jobs.html",
@@ -81,7 +95,7 @@ def routes(site: Site) -> list[Route]:
 
     async def dry_run(request: Request) -> Response:
         bulk = _bulk(request.query_params.get("action"))
-        which = finder.filter_from(request.query_params, site.web.redact)
+        which = _filter(site, request.query_params)
         states = _states(bulk, which)
         counted = await finder.dry_run(site.pool, which, states)
         return site.render(
@@ -112,7 +126,7 @@ def routes(site: Site) -> list[Route]:
             )
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         bulk = _bulk(values.get("action"))
-        which = finder.filter_from(values, site.web.redact)
+        which = _filter(site, values)
         states = _states(bulk, which)
         progress = Progress.of(values)
         try:

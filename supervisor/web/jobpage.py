@@ -8,12 +8,13 @@ index (sql/dashboard.sql, web_job_history).
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from supervisor.crypto import mask
 from supervisor.queue.control import Errors, JobDetail, errors_of
 from supervisor.queue.queries import query
 from supervisor.shared.redact import shown
@@ -72,6 +73,8 @@ async def read(
             await cur.execute(query("job_detail"), {"id": job_id})
             row = await cur.fetchone()
         job = JobDetail(*row) if row is not None else None
+        if job is not None:  # envelopes as [encrypted: key ID] (supervisor/crypto)
+            job = replace(job, args=mask(job.args))
         if job is not None and redacted:
             job = shown(job, redacted)
         params = {
