@@ -1,0 +1,59 @@
+"""The claim statement as composed from sql/claim/'s pieces (supervisor.queue.claim_builder)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from supervisor.queue import claim_builder
+from supervisor.queue.queries import parse, query, sql_text
+
+
+def _words(text: str) -> str:
+    """The statement with its whitespace normalized, and nothing else: runs of blanks as one
+    space, none just inside parentheses."""
+    text = re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"\s+\)", ")", re.sub(r"\(\s+", "(", text))
+
+
+def test_the_builder_reproduces_the_claim_of_sql_queries_sql() -> None:
+    written = parse(sql_text("queries.sql"))["claim"]
+    assert _words(claim_builder.statement()) == _words(written)
+
+
+def test_the_claim_the_child_sends_is_the_builders() -> None:
+    assert query("claim") == claim_builder.statement()
+
+
+def test_every_piece_is_used_and_every_slot_filled() -> None:
+    text = claim_builder.statement()
+    assert "{" not in text and "}" not in text
+    unused = [name for name in claim_builder.pieces() if name not in _used()]
+    assert not unused, f"pieces of sql/claim/ no statement uses: {unused}"
+
+
+def _used() -> set[str]:
+    """The pieces a composition reaches, read back from piece()'s look-ups."""
+    seen: set[str] = set()
+    original = claim_builder.piece
+
+    def spy(name: str, **values: str) -> str:
+        seen.add(name)
+        return original(name, **values)
+
+    claim_builder.statement.cache_clear()
+    try:
+        claim_builder.piece = spy  # type: ignore[assignment]
+        claim_builder.statement()
+    finally:
+        claim_builder.piece = original  # type: ignore[assignment]
+        claim_builder.statement.cache_clear()
+    return seen
+
+
+def test_a_slot_filled_with_no_such_piece_names_it() -> None:
+    with pytest.raises(KeyError, match="no piece named 'nowhere'"):
+        claim_builder.piece("nowhere")
+    with pytest.raises(ValueError, match="has no slot"):
+        claim_builder.piece("token", take="1")
