@@ -70,3 +70,19 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM allowance) THEN pgq.limit_finish(
     ARRAY(SELECT c.queue FROM claimed AS c),
     ARRAY(SELECT coalesce(c.tenant, '') FROM claimed AS c)
 ) END AS wait
+
+-- name: no_limits
+-- The claim without limits (claim_builder's variant "unlimited", for a database whose
+-- pgq.queue_limits is empty): its walk starts only while that table is still empty, one probe
+-- of its first key per claim; a claim that finds a limit written since takes nothing and says
+-- so in its reply's limits column, and the child sends the claim with limits from then on.
+SELECT NULL::integer AS allowed, false AS per_tenant
+WHERE (SELECT l.queue FROM pgq.queue_limits AS l ORDER BY l.queue LIMIT 1) IS NULL
+
+-- name: unlimited_room
+-- A tenant the walk visits may start a whole batch (0 for a step that visits no one).
+SELECT CASE WHEN s.tenant IS NULL THEN 0 ELSE %(limit)s END AS room
+
+-- name: limits_found
+-- The reply's limits column in the claim without limits: whether a limit exists now.
+(SELECT l.queue FROM pgq.queue_limits AS l ORDER BY l.queue LIMIT 1) IS NOT NULL

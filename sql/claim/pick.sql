@@ -27,15 +27,19 @@ CROSS JOIN LATERAL (
 ) AS pick
 LIMIT %(limit)s
 
--- name: passes
--- Pass 1: each tenant its share. Pass 2, only when pass 1 left the batch short (some tenants had
--- fewer jobs than their share): more from each, past what pass 1 took.
+-- name: first_pass
+-- Pass 1: each tenant its share.
 SELECT p.id
 FROM quota AS v
 CROSS JOIN LATERAL (
     {pick_jobs}
     LIMIT v.jobs
 ) AS p
+
+-- name: passes
+-- Pass 2, only when pass 1 left the batch short (some tenants had fewer jobs than their share):
+-- more from each, past what pass 1 took. A batch of one has no use for it (claim_builder).
+{first_pass}
 UNION ALL
 SELECT p.id
 FROM quota AS v

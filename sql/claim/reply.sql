@@ -21,7 +21,8 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max
 -- jobs that were still ours (null when none was): a finished job missing from it had lost its
 -- lease to another worker, and its result was dropped. Its column `limit_wait` is set when a
 -- limit held every job back: the seconds until the next rate token promised to this claim is
--- due (the child may sleep that long); -1 when a queue-wide concurrency limit is full.
+-- due (the child may sleep that long); -1 when a queue-wide concurrency limit is full. The
+-- claim without limits adds a column `limits_found` (allowances.sql, no_limits).
 --
 -- The finished jobs' results and batch counts ride on this last row, read once from `done`:
 -- %(results)s is a JSON array of [id, value] pairs ('[]' when none returned anything), kept in
@@ -32,11 +33,11 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max
 -- claim's own text stays within the 1,024 characters pg_stat_activity keeps of a query.
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
        created_at, batch, traceparent, tenant, NULL::bigint[] AS completed,
-       NULL::float8 AS limit_wait
+       NULL::float8 AS limit_wait{limits_column}
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       d.ids, {wait}
+       d.ids, {wait}{limits_value}
 FROM (
     SELECT array_agg(id) AS ids,
            array_agg(kind) AS kinds,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from supervisor.queue.queries import parse, sql_dir
+from supervisor.queue.queries import native_text, parse, sql_dir
 
 _SLOT = re.compile(r"\{(?P<name>[a-z_]+)\}")
 
@@ -118,23 +118,75 @@ def _pick(take: str) -> str:
     )
 
 
-def _next() -> str:
-    walk = piece("walk", probe=piece("probe", **_past_cursor()))
-    passes = piece("passes", pick_jobs=_pick("v.jobs"), pick_room=_pick("v.room"))
+def _next(limits: bool, second_pass: bool) -> str:
+    walk = piece(
+        "walk",
+        probe=piece("probe", **_past_cursor()),
+        queue_allowance=piece("queue_allowance" if limits else "no_limits"),
+        tenant_room=piece("tenant_room" if limits else "unlimited_room"),
+    )
+    first = piece("first_pass", pick_jobs=_pick("v.jobs"))
+    # A batch of one: the first pass alone (see ``variant``).
+    passes = piece("passes", first_pass=first, pick_room=_pick("v.room")) if second_pass else first
     return piece("next", walk=walk, passes=passes)
 
 
+# The variants, by name: (with limits, with the second pass). Each is a statement the server
+# plans once per session; the child sends the leanest that is right for its claim (variant).
+VARIANTS = {
+    "claim": (True, True),
+    "claim_one": (True, False),
+    "claim_unlimited": (False, True),
+    "claim_one_unlimited": (False, False),
+}
+
+
+def variant(*, limits: bool, batch: int) -> str:
+    """The claim variant for a batch of ``batch`` jobs, ``limits``: whether the database may
+    hold limits (False only once a claim said it has none: the unlimited variants claim nothing
+    when one exists, and say so). A batch of one needs no second pass: the first gives every
+    tenant visited a share of at least one job, which is the whole batch."""
+    return ("claim_one" if batch == 1 else "claim") + ("" if limits else "_unlimited")
+
+
 @cache
-def statement() -> str:
-    """The claim as the server receives it (with ``%(name)s`` placeholders)."""
+def statement(name: str = "claim") -> str:
+    """The claim variant ``name`` as the server receives it (with ``%(name)s`` placeholders).
+
+    ``claim``: every step. ``_one``: without the second pass (a batch of one). ``_unlimited``:
+    the claim of a database without limits (no row in pgq.queue_limits): no allowance, caps or
+    held_back, a tenant's room the batch; it claims nothing once a limit exists and says so
+    (``limits_found`` in its last row)."""
+    if name not in VARIANTS:
+        raise ValueError(f"no claim variant {name!r} (known: {', '.join(VARIANTS)})")
+    limits, second_pass = VARIANTS[name]
     steps = [
         ("done", piece("done")),
         ("recorded", piece("recorded")),
         ("token", piece("token")),
-        ("allowance", piece("allowance")),
-        ("next", _next()),
-        ("capped", piece("capped")),
-        ("claimed", piece("claimed", kept="capped")),
-        ("held_back", piece("held_back")),
     ]
-    return _cte(steps, piece("reply", wait="(SELECT wait FROM held_back)"))
+    if limits:
+        steps.append(("allowance", piece("allowance")))
+    steps.append(("next", _next(limits, second_pass)))
+    if limits:
+        steps.append(("capped", piece("capped")))
+    steps.append(("claimed", piece("claimed", kept="capped" if limits else "next")))
+    if limits:
+        steps.append(("held_back", piece("held_back")))
+        reply = piece(
+            "reply", wait="(SELECT wait FROM held_back)", limits_column="", limits_value=""
+        )
+    else:
+        reply = piece(
+            "reply",
+            wait="NULL::float8",
+            limits_column=",\nNULL::boolean AS limits_found",
+            limits_value=",\n" + piece("limits_found"),
+        )
+    return _cte(steps, reply)
+
+
+@cache
+def native(name: str = "claim") -> tuple[str, tuple[str, ...]]:
+    """``statement`` with PostgreSQL's own ``$n`` placeholders and their names in order."""
+    return native_text(statement(name))

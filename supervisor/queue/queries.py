@@ -60,12 +60,12 @@ def all_queries() -> dict[str, str]:
         if twice:
             raise ValueError(f"sql/{name}: queries {twice} are defined in another file too")
         merged.update(found)
-    # The claim is composed from its pieces (sql/claim/, supervisor.queue.claim_builder); the
-    # text of it still in sql/queries.sql is the one the builder is tested against until that
-    # file's claim goes away.
-    from supervisor.queue.claim_builder import statement
+    # The claim's variants are composed from their pieces (sql/claim/,
+    # supervisor.queue.claim_builder); the text of the claim still in sql/queries.sql is the one
+    # the builder is tested against until that file's claim goes away.
+    from supervisor.queue.claim_builder import VARIANTS, statement
 
-    merged["claim"] = statement()
+    merged.update({name: statement(name) for name in VARIANTS})
     return merged
 
 

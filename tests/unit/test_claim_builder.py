@@ -22,19 +22,21 @@ def test_the_builder_reproduces_the_claim_of_sql_queries_sql() -> None:
     assert _words(claim_builder.statement()) == _words(written)
 
 
-def test_the_claim_the_child_sends_is_the_builders() -> None:
-    assert query("claim") == claim_builder.statement()
+def test_the_claims_the_child_sends_are_the_builders() -> None:
+    for name in claim_builder.VARIANTS:
+        assert query(name) == claim_builder.statement(name)
 
 
 def test_every_piece_is_used_and_every_slot_filled() -> None:
-    text = claim_builder.statement()
-    assert "{" not in text and "}" not in text
+    for name in claim_builder.VARIANTS:
+        text = claim_builder.statement(name)
+        assert "{" not in text and "}" not in text, name
     unused = [name for name in claim_builder.pieces() if name not in _used()]
     assert not unused, f"pieces of sql/claim/ no statement uses: {unused}"
 
 
 def _used() -> set[str]:
-    """The pieces a composition reaches, read back from piece()'s look-ups."""
+    """The pieces the variants' compositions reach, read back from piece()'s look-ups."""
     seen: set[str] = set()
     original = claim_builder.piece
 
@@ -45,7 +47,8 @@ def _used() -> set[str]:
     claim_builder.statement.cache_clear()
     try:
         claim_builder.piece = spy  # type: ignore[assignment]
-        claim_builder.statement()
+        for name in claim_builder.VARIANTS:
+            claim_builder.statement(name)
     finally:
         claim_builder.piece = original  # type: ignore[assignment]
         claim_builder.statement.cache_clear()
@@ -57,3 +60,12 @@ def test_a_slot_filled_with_no_such_piece_names_it() -> None:
         claim_builder.piece("nowhere")
     with pytest.raises(ValueError, match="has no slot"):
         claim_builder.piece("token", take="1")
+
+
+def test_the_variants_are_shorter_and_an_unknown_one_is_refused() -> None:
+    whole = len(claim_builder.statement("claim"))
+    assert all(
+        len(claim_builder.statement(n)) < whole for n in claim_builder.VARIANTS if n != "claim"
+    )
+    with pytest.raises(ValueError, match="no claim variant 'claim_fast'"):
+        claim_builder.statement("claim_fast")
