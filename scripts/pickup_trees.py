@@ -4,13 +4,14 @@
                                    [--dsn DSN]
 
 Each TREE is a checkout of the repository (``git worktree add /tmp/fbdc53d fbdc53d``; ``.`` for
-this one). Every round runs each tree's own ``benchlib.ours.pickup`` once, in a subprocess
-whose PYTHONPATH is that tree, so its supervisor, its children and its SQL are that tree's:
-idle children (2 by default), one job every 20 ms, enqueue commit to the handler's first
-statement by the database clock. Rounds alternate the trees (A B A B ...) so that the shared
-machine's load falls on all of them. Prints each run, then per tree the median over rounds of
-p50 and p99 and the median of
-the rounds' ratios to the first tree's run in the same round, then one JSON line.
+this one). Every round runs each tree's own supervisor once, in a subprocess whose PYTHONPATH
+is that tree, so its supervisor, its children and its SQL are that tree's: idle children (2 by
+default), one job every 20 ms, enqueue commit to the handler's first statement by the database
+clock (split at the claim's start: the job's started_at), and the CPU a job of the master, its
+children and the database's backends (psutil: the server must be on this machine). Rounds
+alternate the trees (A B A B ...) so that the shared machine's load falls on all of them.
+Prints each run, then per tree the median over rounds and the median of the rounds' ratios to
+the first tree's run in the same round, then one JSON line.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 RUN = """
 import json, sys
 from pathlib import Path
-import psycopg
+import psutil, psycopg
 from benchlib import ours
 from benchlib.common import (create_side_tables, fresh_database, install_enqueue_marker,
                              latency_summary_ms, measure_pickup, paced)
@@ -48,10 +49,35 @@ with fresh_database(dsn, "trees_pickup") as db:
         db, config, log, "pickup"
     ) as sup:
         ours.wait_idle_children(conn, sup, processes, 120.0)
+        def cpu():
+            # CPU seconds of the master, of its children, and of the server's backends of this
+            # database (one of them the producer's).
+            master = psutil.Process(sup.proc.pid)
+            pids = [pid for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
+            backends = []
+            for pid in pids:
+                try:
+                    backends.append(psutil.Process(pid))
+                except psutil.Error:
+                    pass
+            totals = []
+            for group in ([master], master.children(recursive=True), backends):
+                total = 0.0
+                for p in group:
+                    try:
+                        t = p.cpu_times()
+                        total += t.user + t.system
+                    except psutil.Error:
+                        pass
+                totals.append(total)
+            return totals
+        before = cpu()
         warm, _ = measure_pickup(
             conn,
             lambda n: [enqueue(conn, "record_start") for _ in paced(n, 0.020)],
             warmup=20, jobs=jobs, wait=lambda ok, what: ours._wait(ok, sup, 120.0, what))
+        spent = [a - b for a, b in zip(cpu(), before)]
         ours.wait_until(lambda: conn.execute(
             "SELECT count(*) FROM pgq.job_history").fetchone()[0] >= jobs + 20,
             timeout=60, what="history rows")
@@ -63,6 +89,8 @@ with fresh_database(dsn, "trees_pickup") as db:
             (warm,)).fetchall()
 print(json.dumps({
     **latency_summary_ms([float(r[1]) for r in rows]),
+    "cpu_ms_per_job": round(sum(spent) / (jobs + 20) * 1000, 3),
+    "cpu_ms_per_job_master_children_server": [round(x / (jobs + 20) * 1000, 3) for x in spent],
     "to_claim": latency_summary_ms([float(r[0]) for r in rows]),
     "claim_to_handler": latency_summary_ms([float(r[2]) for r in rows]),
 }))
@@ -105,7 +133,9 @@ def main() -> None:
                 f"round {round_no + 1} {tree.name:24s} p50 {result['p50_ms']:.2f} ms"
                 f"  p99 {result['p99_ms']:.2f} ms  (p50 enqueue->claim"
                 f" {result['to_claim']['p50_ms']:.2f}, claim->handler"
-                f" {result['claim_to_handler']['p50_ms']:.2f})",
+                f" {result['claim_to_handler']['p50_ms']:.2f}; CPU a job"
+                f" {result['cpu_ms_per_job']:.2f} ms: master, children, server"
+                f" {result['cpu_ms_per_job_master_children_server']})",
                 flush=True,
             )
     summary = {}
@@ -115,6 +145,7 @@ def main() -> None:
             "p50_ms": statistics.median(r["p50_ms"] for r in results),
             "p99_ms": statistics.median(r["p99_ms"] for r in results),
             "p50s": [r["p50_ms"] for r in results],
+            "cpu_ms_per_job": statistics.median(r["cpu_ms_per_job"] for r in results),
             "to_claim_p50_ms": statistics.median(r["to_claim"]["p50_ms"] for r in results),
             "claim_to_handler_p50_ms": statistics.median(
                 r["claim_to_handler"]["p50_ms"] for r in results
@@ -132,6 +163,7 @@ def main() -> None:
             f"{Path(tree).name:24s} median p50 {s['p50_ms']:.2f} ms (x{s['p50_ratio']:.2f})"
             f"  p99 {s['p99_ms']:.2f} ms (x{s['p99_ratio']:.2f})  enqueue->claim p50"
             f" {s['to_claim_p50_ms']:.2f}  claim->handler p50 {s['claim_to_handler_p50_ms']:.2f}"
+            f"  CPU a job {s['cpu_ms_per_job']:.2f} ms"
         )
     print(json.dumps({"scenario": "pickup_trees", "rounds": args.rounds, "trees": summary}))
 
