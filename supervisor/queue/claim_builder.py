@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from supervisor.queue.queries import native_text, parse, sql_dir
+from supervisor.queue.sql_files import native_text, parse, sql_dir
 
 _SLOT = re.compile(r"\{(?P<name>[a-z_]+)\}")
 
