@@ -50,14 +50,18 @@ SELECT CASE WHEN s.tenant IS NULL THEN 0
 -- At most what each queue's queue-wide limits allow: the rest of what next locked stays
 -- available (its row locks end with this short transaction). Applied here, not inside next,
 -- because a LIMIT there changes the planner's row estimates and with them the plan of the pause
--- check (a hash join that could lose the weights' order).
+-- check (a hash join that could lose the weights' order). The first of what the walk found, in
+-- its order (nth, pick.sql's numbered): a bare LIMIT kept any of the locked rows, a tenant's
+-- later job before its earlier one, whose cursor then moved past the earlier one, left waiting
+-- until the rotation came round again (issue 30).
 SELECT n.id
 FROM next AS n
 WHERE NOT EXISTS (SELECT 1 FROM allowance AS a WHERE a.queue = n.queue)
 UNION ALL
 SELECT x.id
 FROM allowance AS a
-CROSS JOIN LATERAL (SELECT n.id FROM next AS n WHERE n.queue = a.queue LIMIT a.allowed) AS x
+CROSS JOIN LATERAL (SELECT n.id FROM next AS n WHERE n.queue = a.queue AND n.nth <= a.allowed)
+    AS x
 
 -- name: held_back
 -- The limits' accounts settled (pgq.limit_finish, 0013): the queues' unused tokens back, the

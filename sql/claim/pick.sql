@@ -14,7 +14,7 @@
 -- between the unnest and the LATERAL: the queues must reach it in the order given (a join with
 -- pgq.queue_pauses here was hashed in generic plans, which reordered them), so the pause check
 -- is the walk's first condition.
-SELECT pick.id, pool.queue
+SELECT pick.id, pool.queue{nth}
 FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS pool(queue, resume)
 CROSS JOIN LATERAL (
     WITH RECURSIVE walk (pos, lap, step, tenant, kp, kr, ki, room, found, per_tenant) AS (
@@ -26,6 +26,14 @@ CROSS JOIN LATERAL (
     {passes}
 ) AS pick
 LIMIT %(limit)s
+
+-- name: numbered
+-- The picks numbered in the order the walk found them (no sort: row_number over the passes'
+-- UNION ALL as it flows), for the caps of a queue with limits, which keep the first (issue 30).
+SELECT u.id, row_number() OVER () AS nth
+FROM (
+    {passes}
+) AS u
 
 -- name: first_pass
 -- Pass 1: each tenant its share.

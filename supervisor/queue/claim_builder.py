@@ -128,7 +128,9 @@ def _next(limits: bool, second_pass: bool) -> str:
     first = piece("first_pass", pick_jobs=_pick("v.jobs"))
     # A batch of one: the first pass alone (see ``variant``).
     passes = piece("passes", first_pass=first, pick_room=_pick("v.room")) if second_pass else first
-    return piece("next", walk=walk, passes=passes)
+    if limits:  # numbered for the caps
+        return piece("next", walk=walk, passes=piece("numbered", passes=passes), nth=", pick.nth")
+    return piece("next", walk=walk, passes=passes, nth="")
 
 
 # The variants, by name: (with limits, with the second pass). Each is a statement the server

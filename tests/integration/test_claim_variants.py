@@ -8,9 +8,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from supervisor import NewJob, enqueue_many
+from supervisor import NewJob, complete, enqueue_many
 from supervisor.queue.claim_builder import VARIANTS, variant
 from supervisor.queue.jobs import Claimed, read_claim, send_claim
+from supervisor.queue.limits import Limits, write_limits
 
 
 def _backlog(conn: psycopg.Connection[Any]) -> None:
@@ -84,3 +85,21 @@ def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
     assert variant(limits=True, batch=1) == "claim_one"
     assert variant(limits=False, batch=10) == "claim_unlimited"
     assert variant(limits=False, batch=1) == "claim_one_unlimited"
+
+
+def test_a_queue_at_its_limit_keeps_the_first_jobs_the_walk_found(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The caps keep a queue's allowance of what the pick locked, the first in claim order
+    (pick.sql's numbered; promises' 3a605e4, carried into the pieces): each claim the next
+    jobs by priority, none skipped, none early."""
+    write_limits(conn, [Limits("hooks", concurrency=2)], ["hooks"], "test")
+    jobs = [NewJob("k", {"n": n}, queue="hooks", priority=p) for n, p in enumerate([0, 5, 3, 9])]
+    ids = enqueue_many(conn, jobs)
+    seen: list[int] = []
+    while len(seen) < 4:
+        claimed = read_claim(send_claim(conn, "hooks", worker="w", limit=4))
+        assert len(claimed.jobs) <= 2
+        seen += [j.id for j in sorted(claimed.jobs, key=lambda j: -j.priority)]
+        complete(conn, claimed.jobs)
+    assert seen == [ids[3], ids[1], ids[2], ids[0]]

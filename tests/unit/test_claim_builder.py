@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from supervisor.queue import claim_builder
-from supervisor.queue.queries import parse, query, sql_text
-
-
-def _words(text: str) -> str:
-    """The statement with its whitespace normalized, and nothing else: runs of blanks as one
-    space, none just inside parentheses."""
-    text = re.sub(r"\s+", " ", text).strip()
-    return re.sub(r"\s+\)", ")", re.sub(r"\(\s+", "(", text))
-
-
-def test_the_builder_reproduces_the_claim_of_sql_queries_sql() -> None:
-    written = parse(sql_text("queries.sql"))["claim"]
-    assert _words(claim_builder.statement()) == _words(written)
+from supervisor.queue.queries import query
 
 
 def test_the_claims_the_child_sends_are_the_builders() -> None:
