@@ -34,7 +34,7 @@ def pieces() -> dict[str, str]:
     """Every named piece of sql/claim/, by name (a name is defined once across the files)."""
     found: dict[str, str] = {}
     for path in sorted((sql_dir() / "claim").glob("*.sql")):
-        named = parse(path.read_text(encoding="utf-8"))
+        named = parse(path.read_text(encoding="utf-8"), f"sql/claim/{path.name}")
         twice = sorted(set(named) & set(found))
         if twice:
             raise ValueError(f"sql/claim/{path.name}: pieces {twice} are defined twice")

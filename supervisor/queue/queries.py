@@ -1,46 +1,65 @@
-"""Named SQL queries from sql/queries.sql, loaded once into a dict.
+"""Named SQL queries from the files of sql/, loaded once into one dict.
 
-Each block in the file starts with ``-- name: <name>``, followed by comment lines that describe
+Each block in a file starts with ``-- name: <name>``, followed by comment lines that describe
 it and then the statement. Keeping SQL in .sql files lets it be read, reviewed and EXPLAINed as
-SQL; Python only refers to a query by its name. How a file is read lives below this module
-(supervisor.queue.sql_files), so that the claim builder reads its pieces the same way.
+SQL; Python only refers to a query by its name. The files are split by role (sql/README.md is
+their table of contents); every ``sql/*.sql`` file is read, and a name defined in two files is
+an error, so a caller never needs to know which file holds a statement. How a file is read
+lives below this module (supervisor.queue.sql_files), so that the claim builder reads its
+pieces (sql/claim/) the same way.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 from supervisor.queue.claim_builder import VARIANTS, statement
 from supervisor.queue.sql_files import PLACEHOLDER, native_text, parse, sql_dir, sql_text
 
 __all__ = [
     "all_queries",
+    "merge",
     "native",
     "native_text",
     "parse",
     "positional",
     "query",
+    "query_files",
     "sql_dir",
     "sql_text",
 ]
 
 
-# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23).
-_FILES = ("queries.sql", "outcomes.sql")
+def query_files() -> list[Path]:
+    """Every file of named queries: the ``*.sql`` files directly in sql/ (not the migrations,
+    the functions or the optional and role scripts in its folders)."""
+    return sorted(sql_dir().glob("*.sql"))
+
+
+def merge(files: list[Path]) -> dict[str, str]:
+    """The named queries of ``files`` in one dict; a name defined in two files is an error
+    naming both."""
+    merged: dict[str, str] = {}
+    found_in: dict[str, str] = {}
+    for path in files:
+        where = f"sql/{path.name}"
+        for name, text in parse(path.read_text(encoding="utf-8"), where).items():
+            if name in merged:
+                raise ValueError(f"{where}: query {name!r} is defined in {found_in[name]} too")
+            merged[name] = text
+            found_in[name] = where
+    return merged
 
 
 @cache
 def all_queries() -> dict[str, str]:
-    merged: dict[str, str] = {}
-    for name in _FILES:
-        found = parse(sql_text(name))
-        twice = sorted(set(found) & set(merged))
-        if twice:
-            raise ValueError(f"sql/{name}: queries {twice} are defined in another file too")
-        merged.update(found)
+    merged = merge(query_files())
     # The claim's variants are composed from their pieces (sql/claim/,
-    # supervisor.queue.claim_builder); the text of the claim still in sql/queries.sql is the one
-    # the builder is tested against until that file's claim goes away.
+    # supervisor.queue.claim_builder), not written out in a file of sql/.
+    twice = sorted(set(VARIANTS) & set(merged))
+    if twice:
+        raise ValueError(f"sql/: queries {twice} are the claim builder's (sql/claim/)")
     merged.update({name: statement(name) for name in VARIANTS})
     return merged
 
@@ -49,7 +68,7 @@ def query(name: str) -> str:
     try:
         return all_queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
+        raise KeyError(f"no query named {name!r} in sql/*.sql") from None
 
 
 @cache
@@ -60,7 +79,7 @@ def positional(name: str, order: tuple[str, ...]) -> str:
     text = query(name)
     found = tuple(m.group("name") for m in PLACEHOLDER.finditer(text))
     if found != order:
-        raise ValueError(f"sql/queries.sql: query {name!r} takes {found}, its caller sends {order}")
+        raise ValueError(f"sql/: query {name!r} takes {found}, its caller sends {order}")
     return PLACEHOLDER.sub("%s", text)
 
 

@@ -15,7 +15,7 @@ def sql_dir() -> Path:
     """sql/ at the top of a source checkout, or supervisor/sql inside an installed wheel."""
     here = Path(__file__).resolve().parent
     for candidate in (here.parent / "sql", here.parent.parent / "sql"):
-        if (candidate / "queries.sql").is_file():
+        if (candidate / "claim.sql").is_file():
             return candidate
     raise FileNotFoundError(f"the sql/ folder is missing next to {here}")
 
@@ -25,10 +25,13 @@ def sql_text(relative: str) -> str:
     return (sql_dir() / relative).read_text(encoding="utf-8")
 
 
-def parse(text: str) -> dict[str, str]:
-    """Split a queries file into {name: sql}; the description comments stay with the SQL."""
+def parse(text: str, where: str = "sql/") -> dict[str, str]:
+    """Split a queries file into {name: sql}; the description comments stay with the SQL.
+    ``where`` names the file in errors."""
     matches = list(_NAME.finditer(text))
     queries: dict[str, str] = {}
+    if not matches:
+        return queries  # a file of comments alone (sql/claim.sql points to sql/claim/)
     for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following else len(text)
         body = text[match.end() : end].strip()
@@ -37,9 +40,9 @@ def parse(text: str) -> dict[str, str]:
         ).strip()
         name = match.group("name")
         if name in queries:
-            raise ValueError(f"sql/queries.sql: query {name!r} is defined twice")
+            raise ValueError(f"{where}: query {name!r} is defined twice")
         if not statement:
-            raise ValueError(f"sql/queries.sql: query {name!r} has no SQL")
+            raise ValueError(f"{where}: query {name!r} has no SQL")
         queries[name] = statement.rstrip(";")
     return queries
 
