@@ -40,6 +40,16 @@ from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew
 from supervisor.queue.migrations import migrate
 from supervisor.queue.outcomes import Discard, Retry, Snooze
 from supervisor.queue.unknown import UnknownOutcome, resolve, result, result_async
+from supervisor.queue.workflows import (
+    Step,
+    Workflow,
+    WorkflowHandle,
+    WorkflowStatus,
+    cancel_workflow,
+    enqueue_workflow,
+    enqueue_workflow_async,
+    workflow_status,
+)
 
 # The one place the version is written; pyproject.toml reads it from here.
 __version__ = "0.1.0"
@@ -59,10 +69,15 @@ __all__ = [
     "NewJob",
     "Retry",
     "Snooze",
+    "Step",
     "UnknownOutcome",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "batch_status",
     "batch_status_async",
     "cancel",
+    "cancel_workflow",
     "claim",
     "complete",
     "enqueue",
@@ -71,6 +86,8 @@ __all__ = [
     "enqueue_batch_async",
     "enqueue_many",
     "enqueue_many_async",
+    "enqueue_workflow",
+    "enqueue_workflow_async",
     "list_jobs",
     "migrate",
     "pause_queue",
@@ -83,4 +100,5 @@ __all__ = [
     "retry_now",
     "settle",
     "show_job",
+    "workflow_status",
 ]
