@@ -35,7 +35,7 @@ steps AS (
     JOIN ids USING (ord)
 ),
 edges AS (
-    SELECT p.id AS parent_id, c.id AS child_id, (p.id %% c.shards)::integer AS shard
+    SELECT p.id AS parent_id, c.id AS child_id, mod(p.id, c.shards)::integer AS shard
     FROM unnest(%(edge_parents)s::integer[], %(edge_children)s::integer[]) AS e(p, c)
     JOIN ids AS p ON p.ord = e.p
     JOIN steps AS c ON c.ord = e.c
