@@ -26,7 +26,7 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
-from supervisor.queue import control, unknown
+from supervisor.queue import control, unknown, workflows
 from supervisor.shared.exits import MasterExit
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
@@ -161,6 +161,7 @@ def jobs_show(ctx: Context) -> int:
         now = server_clock(conn)
         job = control.show_job(conn, ctx.args.id)
         kept = _kept_result(conn, ctx.args.id)
+        step = workflows.job_workflow(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
     if job is None and history:
         return jobhistory.show(ctx, ctx.args.id, history, now, kept)
@@ -175,6 +176,7 @@ def jobs_show(ctx: Context) -> int:
     if ctx.args.json:
         document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
+        document["workflow"] = step
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -197,6 +199,14 @@ def jobs_show(ctx: Context) -> int:
         f"  last run    {when(job.started_at)}",
         f"  finished    {when(job.finished_at)}",
     ]
+    if step is not None:
+        name = f" ({safe(step['name'])})" if step["name"] else ""
+        parents = listing(step["parents"]) if step["parents"] else "none"
+        lines += [
+            f"  workflow    {step['id']}{name}, step {step['position']}"
+            f" (on parent failure: {step['on_parent_failure']})",
+            f"  after       {parents}",
+        ]
     if job.state == "unknown":
         lines.append(
             "  outcome     unknown: its kind has effects outside the database; check there, "

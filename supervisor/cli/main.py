@@ -131,7 +131,16 @@ def verbs_with_json(parser: argparse.ArgumentParser) -> list[str]:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import batches, doctor, jobs, operator, queues, schedules, web  # noqa: F401
+    from supervisor.cli import (  # noqa: F401
+        batches,
+        doctor,
+        jobs,
+        operator,
+        queues,
+        schedules,
+        web,
+        workflows,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -322,3 +322,18 @@ def cancel_workflow(conn: psycopg.Connection[Any], workflow_id: int) -> int:
     if row is None or row[0] is None:
         raise LookupError(f"no workflow {workflow_id}")
     return int(row[0])
+
+
+def job_workflow(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
+    """The workflow a job is a step of (id, name, position, policy, parents' ids), or None."""
+    row = conn.execute(query("job_workflow"), {"id": job_id}).fetchone()
+    if row is None:
+        return None
+    workflow_id, name, position, policy, parents = row
+    return {
+        "id": workflow_id,
+        "name": name,
+        "position": position,
+        "on_parent_failure": policy,
+        "parents": list(parents),
+    }
