@@ -11,12 +11,9 @@
 -- from its release); a step without any is due as any job is. The queues that received due
 -- steps are woken as enqueue_many wakes them. Returns the ids in `add` order, then (on every
 -- row) the workflow's id and whether a step due later wakes the stagers.
-WITH ids AS (
-    SELECT g.ord, nextval('pgq.jobs_id_seq'::regclass) AS id
-    FROM generate_series(1, cardinality(%(kinds)s::text[])) AS g(ord)
-),
-steps AS (
-    SELECT t.*, ids.id
+WITH steps AS (
+    -- The ids in `add` order (the scan yields the rows in order, and nextval runs per row).
+    SELECT t.*, nextval('pgq.jobs_id_seq'::regclass) AS id
     FROM ROWS FROM (
         unnest(%(queues)s::text[]),
         unnest(%(kinds)s::text[]),
@@ -32,13 +29,19 @@ steps AS (
         unnest(%(shards)s::integer[])
     ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts,
                            traceparent, tenant, policy, parents, shards, ord)
-    JOIN ids USING (ord)
+),
+-- Positions become ids by subscript, not by joins: a join of these unnests is estimated at
+-- billions of rows, and the plan's cost then made the server JIT-compile it (a second of a
+-- 10,000-step enqueue).
+positions AS (
+    SELECT array_agg(id ORDER BY ord) AS ids
+    FROM steps
 ),
 edges AS (
-    SELECT p.id AS parent_id, c.id AS child_id, mod(p.id, c.shards)::integer AS shard
+    SELECT x.ids[e.p] AS parent_id, x.ids[e.c] AS child_id,
+           mod(x.ids[e.p], (%(shards)s::integer[])[e.c])::integer AS shard
     FROM unnest(%(edge_parents)s::integer[], %(edge_children)s::integer[]) AS e(p, c)
-    JOIN ids AS p ON p.ord = e.p
-    JOIN steps AS c ON c.ord = e.c
+    CROSS JOIN positions AS x
 ),
 gate_counts AS (
     SELECT child_id, shard, count(*)::integer AS remaining
@@ -54,15 +57,15 @@ batch AS (
     INSERT INTO pgq.batches (total, shards, shards_left, workflow, workflow_name)
     SELECT cardinality(%(kinds)s::text[]),
            %(batch_shards)s::integer,
-           (SELECT count(DISTINCT mod(id, %(batch_shards)s::integer)) FROM ids),
+           (SELECT count(DISTINCT mod(id, %(batch_shards)s::integer)) FROM steps),
            true,
            %(name)s::text
     RETURNING id, shards
 ),
 counters AS (
     INSERT INTO pgq.batch_shards (batch_id, shard, remaining)
-    SELECT batch.id, mod(ids.id, batch.shards)::integer, count(*)
-    FROM ids
+    SELECT batch.id, mod(s.id, batch.shards)::integer, count(*)
+    FROM steps AS s
     CROSS JOIN batch
     GROUP BY 1, 2
 ),
@@ -115,13 +118,13 @@ woken AS (
     WHERE %(notify)s
       AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted)
 )
-SELECT ids.id,
+SELECT s.id,
        (SELECT id FROM batch) AS workflow_id,
        (SELECT coalesce(bool_or(state = 'scheduled' AND pgq.wakes_stagers(run_at)), false)
         FROM jobs) AS wakes_stagers,
        (SELECT n FROM woken) AS woken
-FROM ids
-ORDER BY ids.ord;
+FROM steps AS s
+ORDER BY s.ord;
 
 -- name: workflow_status
 -- A workflow's progress: its batch's counters (no step is read) and when it ended.

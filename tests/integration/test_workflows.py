@@ -331,16 +331,15 @@ def test_bad_graphs_are_refused_before_anything_is_written(
     assert conn.execute("SELECT count(*) FROM pgq.batches").fetchone()[0] == 0
 
 
-def test_ten_thousand_steps_enqueue_in_one_statement(conn: psycopg.Connection[Any]) -> None:
+def test_ten_thousand_steps_enqueue_in_one_statement(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     wf = Workflow("wide")
     root = wf.add(NewJob("root"))
     mids = [wf.add(NewJob("mid", {"i": i}), after=[root]) for i in range(9_998)]
     wf.add(NewJob("join"), after=mids)
     statements: list[str] = []
-    conn.add_notice_handler(lambda _: None)
-    from supervisor.queue import enqueue as enqueue_mod
-
-    real = enqueue_mod._run
+    real = wf_mod._run
 
     def counting(c: Any, steps: Any) -> Any:
         def spy() -> Any:
@@ -355,17 +354,11 @@ def test_ten_thousand_steps_enqueue_in_one_statement(conn: psycopg.Connection[An
 
         return real(c, spy())
 
-    import supervisor.queue.workflows as module
-
-    original = module._run
-    module._run = counting  # type: ignore[assignment]
-    try:
-        handle = enqueue_workflow(conn, wf)
-    finally:
-        module._run = original  # type: ignore[assignment]
+    monkeypatch.setattr(wf_mod, "_run", counting)
+    handle = enqueue_workflow(conn, wf)
     conn.commit()
     assert statements == ["enqueue_workflow"]
-    assert len(handle.job_ids) == 10_000 == len(set(handle.job_ids, strict=True))
+    assert len(handle.job_ids) == 10_000 == len(set(handle.job_ids))
     assert handle.job_ids == sorted(handle.job_ids)
     (edges,) = conn.execute(
         "SELECT count(*) FROM pgq.workflow_edges e JOIN pgq.workflow_steps s "
