@@ -366,3 +366,23 @@ def test_ten_thousand_steps_enqueue_in_one_statement(
         (handle.id,),
     ).fetchone()
     assert edges == 2 * 9_998
+
+
+def test_the_async_enqueue_writes_the_same_graph(dsn: str) -> None:
+    import asyncio
+
+    from supervisor import enqueue_workflow_async
+
+    async def run() -> Any:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            wf = Workflow("async")
+            a = wf.add(NewJob("a"))
+            wf.add(NewJob("b"), after=[a])
+            handle = await enqueue_workflow_async(aconn, wf)
+            await aconn.commit()
+            return handle
+
+    handle = asyncio.run(run())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert [s.state for s in workflow_steps(conn, handle.id)] == ["available", "waiting"]
+        assert workflow_steps(conn, handle.id)[1].parents == [handle.job_ids[0]]
