@@ -315,7 +315,7 @@ class Demo:
         if not self.ids_by_queue:
             return
         all_ids = [i for ids in self.ids_by_queue.values() for i in ids]
-        all_ids += [i for i in (self.zip_id, self.archive_id) if i is not None]
+        steps = [i for i in (self.zip_id, self.archive_id) if i is not None]
         server = None if self.explicit_dsn else EmbeddedPostgres(self.data_dir)
         try:
             with signals_held():
@@ -324,9 +324,9 @@ class Demo:
                     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
                         self.snap = take_snapshot(conn, self.ids_by_queue)
                         self.dead = dead_letters(conn, all_ids, DEAD_LETTERS_SHOWN)
-                        self.withdrawn = conn.execute(
-                            QUERIES["withdraw"], {"ids": all_ids}
-                        ).rowcount
+                        (self.withdrawn,) = conn.execute(
+                            QUERIES["withdraw"], {"ids": all_ids, "steps": steps}
+                        ).fetchone() or (0,)
                 finally:
                     if server is not None and server.launched:
                         server.stop()
