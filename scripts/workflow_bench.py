@@ -14,7 +14,9 @@ Prints one line per figure, then one JSON line.
    figure should not move.
 
 Each lane runs in a fresh database; lanes alternate --rounds times and the medians are kept,
-since the machine is shared and noisy.
+since the machine is shared and noisy. The claiming connections commit with
+synchronous_commit off: on this machine a commit's WAL flush (5-20 ms) otherwise hides what the
+statements cost, and it is the same for both sides of every ratio.
 
     .venv/bin/python scripts/workflow_bench.py [--dsn DSN] [--workers 4] [--rounds 3]
 """
@@ -70,6 +72,7 @@ def drain(dsn: str, workers: int, until: Callable[[psycopg.Connection[Any]], boo
 
     def work(n: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = off")  # see the module's docstring
             barrier.wait()
             while not stop.is_set():
                 jobs = claim(conn, "default", worker=f"bench:{os.getpid()}:{n}", limit=10)
@@ -134,6 +137,7 @@ def claim_lane(dsn: str, waiting: int) -> float:
             enqueue_workflow(conn, graph(10_000, queue="held", root_queue="nobody"), notify=False)
         enqueue_many(conn, [NewJob("plain", {"i": i}) for i in range(2000)], notify=False)
         conn.execute("VACUUM ANALYZE pgq.jobs")
+        conn.execute("SET synchronous_commit = off")
         times = []
         for _ in range(150):
             started = time.perf_counter()
