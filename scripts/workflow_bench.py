@@ -11,7 +11,9 @@ Prints one line per figure, then one JSON line.
 4. claim with waiting steps: the median claim-and-complete of 10 jobs from a queue of 2,000,
    with none and with 100,000 waiting steps in pgq.jobs (10 workflows of 10,000, each held
    by a root on a queue nobody claims). The claim index holds only 'available' rows, so the
-   figure should not move.
+   figure should not move. Beside the wall time, the claim's server time and the buffers it
+   touches under EXPLAIN (ANALYZE, BUFFERS) on the fresh table: the buffers do not depend on
+   the machine's load.
 
 Each lane runs in a fresh database; lanes alternate --rounds times and the medians are kept,
 since the machine is shared and noisy. The claiming connections commit with
@@ -41,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchlib.common import fresh_database
 
 from supervisor import NewJob, Workflow, enqueue_batch, enqueue_many, enqueue_workflow, migrate
-from supervisor.queue.jobs import claim, complete
+from supervisor.queue.jobs import claim, claim_params, complete
+from supervisor.queue.queries import native
 
 
 def graph(n: int, queue: str = "default", root_queue: str | None = None) -> Workflow:
@@ -131,20 +134,40 @@ def fan_in_lane(dsn: str, workers: int, workflow: bool) -> tuple[float, int]:
     return took, joins
 
 
-def claim_lane(dsn: str, waiting: int) -> float:
+def explained_claim(conn: psycopg.Connection[Any]) -> tuple[float, int]:
+    """The claim of 10 under EXPLAIN (ANALYZE, BUFFERS), rolled back: the server's execution
+    time (ms) and the buffers it touched, which do not depend on the machine's load."""
+    text, names = native("claim")
+    params = claim_params("default", worker="bench:explain", limit=10)
+    with conn.transaction(force_rollback=True):
+        cur = psycopg.RawCursor(conn)
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, [params[n] for n in names])
+        (plan,) = cur.fetchone()  # type: ignore[misc]
+    top = plan[0]
+    buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
+    return float(top["Execution Time"]), int(buffers)
+
+
+def claim_lane(dsn: str, waiting: int) -> tuple[float, float, int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(waiting // 10_000):
             enqueue_workflow(conn, graph(10_000, queue="held", root_queue="nobody"), notify=False)
         enqueue_many(conn, [NewJob("plain", {"i": i}) for i in range(2000)], notify=False)
         conn.execute("VACUUM ANALYZE pgq.jobs")
         conn.execute("SET synchronous_commit = off")
+        # First on the fresh table (the timed claims below leave consumed entries behind).
+        conn.autocommit = False
+        explained = [explained_claim(conn) for _ in range(30)]
+        server_ms = statistics.median(e[0] for e in explained)
+        buffers = statistics.median(e[1] for e in explained)
+        conn.autocommit = True
         times = []
         for _ in range(150):
             started = time.perf_counter()
             jobs = claim(conn, "default", worker="bench:claim", limit=10)
             complete(conn, jobs).raise_if_lost()
             times.append(time.perf_counter() - started)
-        return statistics.median(times) * 1000
+        return statistics.median(times) * 1000, server_ms, int(buffers)
 
 
 def in_fresh(dsn: str, name: str, run: Callable[[str], Any]) -> Any:
@@ -186,10 +209,12 @@ def main() -> None:
             note(f"fan_in_{'workflow' if wf else 'batch'}_s", took)
             note(f"fan_in_{'workflow' if wf else 'batch'}_joins", joins)
         for waiting in (0, 100_000):
-            note(
-                f"claim_ms_with_{waiting}_waiting",
-                in_fresh(args.dsn, "wfclaim", lambda d, w=waiting: claim_lane(d, w)),
+            wall, server, buffers = in_fresh(
+                args.dsn, "wfclaim", lambda d, w=waiting: claim_lane(d, w)
             )
+            note(f"claim_ms_with_{waiting}_waiting", wall)
+            note(f"claim_server_ms_with_{waiting}_waiting", server)
+            note(f"claim_buffers_with_{waiting}_waiting", buffers)
     for key, values in runs.items():
         figures[key] = statistics.median(values) if "joins" not in key else max(values)
         figures[f"{key}_all"] = values
@@ -203,6 +228,10 @@ def main() -> None:
         "fan_in_workflow_over_batch": figures["fan_in_workflow_s"] / figures["fan_in_batch_s"],
         "claim_100000_waiting_over_none": figures["claim_ms_with_100000_waiting"]
         / figures["claim_ms_with_0_waiting"],
+        "claim_server_100000_waiting_over_none": figures["claim_server_ms_with_100000_waiting"]
+        / figures["claim_server_ms_with_0_waiting"],
+        "claim_buffers_100000_waiting_over_none": figures["claim_buffers_with_100000_waiting"]
+        / figures["claim_buffers_with_0_waiting"],
     }
     for key in sorted(k for k in figures if not k.endswith("_all") and k != "ratios"):
         print(f"{key:40} {figures[key]}")
