@@ -386,3 +386,37 @@ def test_the_async_enqueue_writes_the_same_graph(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert [s.state for s in workflow_steps(conn, handle.id)] == ["available", "waiting"]
         assert workflow_steps(conn, handle.id)[1].parents == [handle.job_ids[0]]
+
+
+def test_the_purge_of_a_finished_workflow_takes_its_steps_edges_and_gates(
+    conn: psycopg.Connection[Any],
+) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from supervisor.queue.maintenance import purge_batches_slice
+
+    conn.autocommit = True
+
+    def pair() -> Workflow:
+        wf = Workflow()
+        a = wf.add(NewJob("a"))
+        wf.add(NewJob("b"), after=[a])
+        return wf
+
+    running = enqueue_workflow(conn, pair())
+    (held,) = claim(conn, "default", worker="h:1:x", limit=1)  # its first step runs on
+    assert held.id == running.job_ids[0]
+    finished = enqueue_workflow(conn, pair())
+    drain(conn, {"a": lambda: None, "b": lambda: None})
+    assert workflow_status(conn, finished.id).finished
+    later = datetime.now(timezone.utc) + timedelta(days=1)
+    assert purge_batches_slice(conn, later) == 1
+
+    def count(table: str) -> int:
+        return int(conn.execute(f"SELECT count(*) FROM pgq.{table}").fetchone()[0])
+
+    # What is left is the running workflow's: 2 steps, 1 edge, 1 gate.
+    assert (count("workflow_steps"), count("workflow_edges"), count("workflow_gates")) == (2, 1, 1)
+    assert workflow_status(conn, running.id).total == 2
+    with pytest.raises(LookupError):
+        workflow_status(conn, finished.id)
