@@ -11,7 +11,7 @@ the zip. Each stage runs once the one before has ended, and sees what it returne
 
 The zip runs with ``on_parent_failure="run"``: a page that could not be rendered (a dead
 letter) does not hold the others back; the zip holds what was rendered and says what is
-missing. The mail step keeps the default ``"cancel"``: no zip, no mail. ``scripts/demo.py``
+missing. The mail step keeps the default ``"cancel"``: no zip, no mail. ``scripts/demo/demo.py``
 enqueues this workflow.
 """
 

@@ -17,10 +17,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from supervisor.cli.session import cli_query
-from supervisor.cli.tables import age, clock_time, iso, safe, safe_block
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import age, clock_time, iso, safe, safe_block
 
 HISTORY_ROWS = 10  # one row per time the job finished (a replayed dead letter finishes again)
 

@@ -7,10 +7,10 @@ import json
 import sys
 
 from supervisor.cli.session import json_argument, positive_int, session
-from supervisor.cli.tables import clock_time, iso, listing, safe, table
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue import workflows
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import clock_time, iso, listing, safe, table
 
 
 def workflows_arguments(parser: argparse.ArgumentParser) -> None:
