@@ -18,7 +18,7 @@ from supervisor.queue.batches import (
     enqueue_batch,
     enqueue_batch_async,
 )
-from supervisor.queue.context import JobContext
+from supervisor.queue.context import JobContext, Parent
 from supervisor.queue.control import (
     cancel,
     list_jobs,
@@ -67,6 +67,7 @@ __all__ = [
     "JobContext",
     "LeaseLost",
     "NewJob",
+    "Parent",
     "Retry",
     "Snooze",
     "Step",
