@@ -83,6 +83,11 @@ CREATE TABLE pgq.workflow_gates (
     fillfactor = 50
 );
 
+-- The functions below are also in sql/functions/ (batch_count, batch_ended, workflow_parents,
+-- workflow_ended, batch_uncount, workflow_reopen, workflow_cancel), one file each, for the
+-- functions' files that migrate applies after the migrations (layout, issue 29): once that is
+-- in, those files are the current bodies and these copies can go (keep the rename).
+--
 -- 0018's batch_ended keeps its body under a new name: the batches' counting alone.
 ALTER FUNCTION pgq.batch_ended(bigint[], bigint[], text[]) RENAME TO batch_count;
 
