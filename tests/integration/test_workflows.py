@@ -5,7 +5,9 @@ theirs, and a bad graph is refused before anything is written."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -20,12 +22,19 @@ from supervisor import (
     cancel,
     cancel_workflow,
     claim,
+    complete,
     enqueue_workflow,
+    enqueue_workflow_async,
     resolve,
     workflow_status,
 )
 from supervisor.queue import workflows as wf_mod
-from supervisor.queue.maintenance import ReplayFilter, replay, requeue_worker
+from supervisor.queue.maintenance import (
+    ReplayFilter,
+    purge_batches_slice,
+    replay,
+    requeue_worker,
+)
 from supervisor.queue.workflows import workflow_steps
 from supervisor.testing import drain
 
@@ -113,8 +122,6 @@ def test_leaves_ending_concurrently_release_the_join_once(dsn: str) -> None:
             with psycopg.connect(dsn) as own:
                 barrier.wait()
                 for job in part:
-                    from supervisor import complete
-
                     complete(own, [job]).raise_if_lost()
                     own.commit()
         except BaseException as exc:  # reported below
@@ -213,8 +220,6 @@ def test_cancelling_a_workflow_cancels_every_step_not_started(
     (running,) = claim(conn, "default", worker="h:1:x", limit=1)
     assert running.id == handle.job_ids[0]
     assert cancel_workflow(conn, handle.id) == 3
-    from supervisor import complete
-
     complete(conn, [running]).raise_if_lost()  # the running step finishes; nothing is released
     assert [s.state for s in workflow_steps(conn, handle.id)] == [
         "completed",
@@ -369,10 +374,6 @@ def test_ten_thousand_steps_enqueue_in_one_statement(
 
 
 def test_the_async_enqueue_writes_the_same_graph(dsn: str) -> None:
-    import asyncio
-
-    from supervisor import enqueue_workflow_async
-
     async def run() -> Any:
         async with await psycopg.AsyncConnection.connect(dsn) as aconn:
             wf = Workflow("async")
@@ -391,10 +392,6 @@ def test_the_async_enqueue_writes_the_same_graph(dsn: str) -> None:
 def test_the_purge_of_a_finished_workflow_takes_its_steps_edges_and_gates(
     conn: psycopg.Connection[Any],
 ) -> None:
-    from datetime import datetime, timedelta, timezone
-
-    from supervisor.queue.maintenance import purge_batches_slice
-
     conn.autocommit = True
 
     def pair() -> Workflow:
