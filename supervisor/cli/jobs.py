@@ -164,9 +164,9 @@ def jobs_show(ctx: Context) -> int:
         step = workflows.job_workflow(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
     if job is None and history:
-        return jobhistory.show(ctx, ctx.args.id, history, now, kept)
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept, step)
     if job is None and kept is not None:
-        return _show_completed(ctx, kept)
+        return _show_completed(ctx, kept, step)
     if job is None:
         return _fail(
             f"no job {ctx.args.id}: it never existed, or it finished and its history was "
@@ -199,14 +199,7 @@ def jobs_show(ctx: Context) -> int:
         f"  last run    {when(job.started_at)}",
         f"  finished    {when(job.finished_at)}",
     ]
-    if step is not None:
-        name = f" ({safe(step['name'])})" if step["name"] else ""
-        parents = listing(step["parents"]) if step["parents"] else "none"
-        lines += [
-            f"  workflow    {step['id']}{name}, step {step['position']}"
-            f" (on parent failure: {step['on_parent_failure']})",
-            f"  after       {parents}",
-        ]
+    lines += jobhistory.workflow_lines(step)
     if job.state == "unknown":
         lines.append(
             "  outcome     unknown: its kind has effects outside the database; check there, "
@@ -236,14 +229,15 @@ def _kept_result(conn: Any, job_id: int) -> Any:
         return None
 
 
-def _show_completed(ctx: Context, kept: Any) -> int:
+def _show_completed(ctx: Context, kept: Any, step: dict[str, Any] | None = None) -> int:
     """A completed job left pgq.jobs; what its handler returned is still kept."""
     if ctx.args.json:
-        document = {"id": ctx.args.id, "state": "completed", "result": kept}
+        document = {"id": ctx.args.id, "state": "completed", "result": kept, "workflow": step}
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
     text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
-    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)\nresult:")
+    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)")
+    print("\n".join([*jobhistory.workflow_lines(step), "result:"]))
     print("\n".join(f"  {line}" for line in safe_block(text).splitlines()))
     return MasterExit.OK
 

@@ -54,6 +54,11 @@ def test_workflows_show_and_jobs_show_of_a_step(cli: Cli, conn: psycopg.Connecti
     assert done["steps"][0]["result_bytes"] == len('{"ok": 1}')
     listed = cli("workflows", "list", "--json").json()
     assert listed[0]["id"] == handle.id
+    # A completed step's row is gone: `jobs show` still names its workflow and parents.
+    gone = cli("jobs", "show", str(handle.job_ids[3]), "--json").json()
+    assert gone["state"] == "completed" and gone["workflow"]["parents"] == handle.job_ids[:3]
+    parents = ", ".join(map(str, handle.job_ids[:3]))
+    assert f"after       {parents}" in cli("jobs", "show", str(handle.job_ids[3])).out
 
 
 def test_workflows_cancel(cli: Cli, conn: psycopg.Connection[Any]) -> None:
