@@ -58,6 +58,12 @@ EXAMPLES: dict[str, list[str]] = {
     "queues pause": ["-c queues.yaml queues pause pdf reports"],
     "queues resume": ["-c queues.yaml queues resume pdf"],
     "queues paused": ["-c queues.yaml queues paused --json"],
+    "workflows list": ["-c queues.yaml workflows list", "-c queues.yaml workflows list --json"],
+    "workflows show": [
+        "-c queues.yaml workflows show 12",
+        "-c queues.yaml workflows show 12 --json",
+    ],
+    "workflows cancel": ["-c queues.yaml workflows cancel 12"],
     "keys new": ["-c queues.yaml keys new", "-c queues.yaml keys new k2"],
     "keys status": ["-c queues.yaml keys status", "-c queues.yaml keys status --json"],
     "keys rotate": [

@@ -20,7 +20,7 @@ from supervisor.cli.session import cli_query
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
 from supervisor.shared.exits import MasterExit
-from supervisor.views.text import age, clock_time, iso, safe, safe_block
+from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block
 
 # By choice: a finished job's arguments leave with its row (they may hold personal data or
 # secrets, and the history stays small); the dashboard's page says the same.
@@ -60,10 +60,15 @@ def read(conn: psycopg.Connection[Any], job_id: int) -> list[dict[str, Any]]:
 
 
 def show(
-    ctx: Context, job_id: int, history: list[dict[str, Any]], now: datetime, result: Any = None
+    ctx: Context,
+    job_id: int,
+    history: list[dict[str, Any]],
+    now: datetime,
+    result: Any = None,
+    step: dict[str, Any] | None = None,
 ) -> int:
     """A job gone from pgq.jobs, from its history rows (newest first), with what its handler
-    returned when that is kept (``result``)."""
+    returned when that is kept (``result``) and the workflow it is a step of (``step``)."""
     if ctx.args.json:
         document = {
             "id": job_id,
@@ -80,6 +85,7 @@ def show(
             "result": result,
             "args": None,
             "args_kept": False,
+            "workflow": step,
         }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -98,6 +104,7 @@ def show(
         f"  last run    {when(last['started_at'])}",
         f"  finished    {when(last['finished_at'])}",
         f"  args        {ARGS_NOT_KEPT}",
+        *workflow_lines(step),
     ]
     if len(history) > 1:
         lines.append(f"finished {len(history)} times (a replayed dead letter finishes again):")
@@ -116,3 +123,16 @@ def show(
         lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]
     print("\n".join(lines))
     return MasterExit.OK
+
+
+def workflow_lines(step: dict[str, Any] | None) -> list[str]:
+    """`jobs show`'s lines for a workflow step: its workflow and the parents it came after."""
+    if step is None:
+        return []
+    name = f" ({safe(step['name'])})" if step["name"] else ""
+    parents = listing(step["parents"]) if step["parents"] else "none"
+    return [
+        f"  workflow    {step['id']}{name}, step {step['position']}"
+        f" (on parent failure: {step['on_parent_failure']})",
+        f"  after       {parents}",
+    ]

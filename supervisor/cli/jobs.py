@@ -27,7 +27,7 @@ from supervisor.cli.session import (
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.crypto import mask
 from supervisor.crypto.search import protected_keys, search_problem
-from supervisor.queue import bulk, control, maintenance, unknown
+from supervisor.queue import bulk, control, maintenance, unknown, workflows
 from supervisor.shared.exits import MasterExit
 from supervisor.shared.redact import shown
 from supervisor.shared.words import plural
@@ -204,13 +204,14 @@ def jobs_show(ctx: Context) -> int:
         now = server_clock(conn)
         job = control.show_job(conn, ctx.args.id)
         kept = _kept_result(conn, ctx.args.id)
+        step = workflows.job_workflow(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
     if job is not None:
         job = shown(job, ctx.config.web.redact)
     if job is None and history:
-        return jobhistory.show(ctx, ctx.args.id, history, now, kept)
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept, step)
     if job is None and kept is not None:
-        return _show_completed(ctx, kept)
+        return _show_completed(ctx, kept, step)
     if job is None:
         return _fail(
             f"no job {ctx.args.id}: it never existed, or it finished and its history was "
@@ -220,6 +221,7 @@ def jobs_show(ctx: Context) -> int:
     if ctx.args.json:
         document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
+        document["workflow"] = step
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -242,6 +244,7 @@ def jobs_show(ctx: Context) -> int:
         f"  last run    {when(job.started_at)}",
         f"  finished    {when(job.finished_at)}",
     ]
+    lines += jobhistory.workflow_lines(step)
     if job.state == "unknown":
         lines.append(
             "  outcome     unknown: its kind has effects outside the database; check there, "
@@ -271,14 +274,15 @@ def _kept_result(conn: Any, job_id: int) -> Any:
         return None
 
 
-def _show_completed(ctx: Context, kept: Any) -> int:
+def _show_completed(ctx: Context, kept: Any, step: dict[str, Any] | None = None) -> int:
     """A completed job left pgq.jobs; what its handler returned is still kept."""
     if ctx.args.json:
-        document = {"id": ctx.args.id, "state": "completed", "result": kept}
+        document = {"id": ctx.args.id, "state": "completed", "result": kept, "workflow": step}
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
     text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
-    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)\nresult:")
+    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)")
+    print("\n".join([*jobhistory.workflow_lines(step), "result:"]))
     print("\n".join(f"  {line}" for line in safe_block(text).splitlines()))
     return MasterExit.OK
 

@@ -154,6 +154,7 @@ def _load_verbs() -> None:
         queues,
         schedules,
         web,
+        workflows,
     )
 
 

@@ -30,7 +30,15 @@ OUTCOMES = {
     Counter.LOST: "lost_lease",
     Counter.CANCELLED: "cancelled",
 }
-QUEUE_STATES = ("available", "scheduled", "running", "discarded", "cancelled", "unknown")
+QUEUE_STATES = (
+    "available",
+    "scheduled",
+    "running",
+    "discarded",
+    "cancelled",
+    "unknown",
+    "waiting",
+)
 
 
 @dataclass

@@ -425,6 +425,7 @@ class QueueStats:
     cancelled: int = 0
     paused: bool = False
     unknown: int = 0  # outcome unknown (effects: external), waiting for a hook or an operator
+    waiting: int = 0  # workflow steps whose parents have not all ended (not due, not claimable)
 
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
@@ -436,9 +437,18 @@ def queue_stats_from_rows(rows: Sequence[Sequence[Any]]) -> list[QueueStats]:
     """The rows of the queue_stats query, typed or as text (read without waiting for them)."""
     return [
         QueueStats(
-            str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused), int(u)
+            str(q),
+            int(a),
+            int(s),
+            int(r),
+            int(d),
+            float(age),
+            int(c),
+            _bool(paused),
+            int(u),
+            int(w),
         )
-        for q, a, s, r, d, c, age, paused, u in rows
+        for q, a, s, r, d, c, age, paused, u, w in rows
     ]
 
 

@@ -45,6 +45,8 @@ class QueueRow:
     running: int = 0
     discarded: int = 0
     cancelled: int = 0
+    # Workflow steps waiting for their parents: not due, not claimable, not late.
+    waiting: int = 0
     paused: bool = False
     oldest_ready_age: float | None = None
     pools: list[str] = field(default_factory=list)
@@ -198,6 +200,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         q.available, q.scheduled = stats.available, stats.scheduled
         q.running, q.discarded = stats.running, stats.discarded
         q.cancelled, q.paused = stats.cancelled, stats.paused
+        q.waiting = stats.waiting
         # The query reports 0 for a queue with nothing due; "no ready job" is not "fresh".
         q.oldest_ready_age = stats.oldest_ready_age if stats.available else None
     if config.history.enabled:
@@ -278,6 +281,7 @@ def to_json(status: Status) -> dict[str, Any]:
                 "running": q.running,
                 "discarded": q.discarded,
                 "cancelled": q.cancelled,
+                "waiting": q.waiting,
                 "paused": q.paused,
                 "oldest_ready_age_seconds": q.oldest_ready_age,
                 "late": q.late,
@@ -381,6 +385,7 @@ def _queue_lines(status: Status) -> list[str]:
         "RUNNING",
         "DISCARDED",
         "CANCELLED",
+        "WAITING",
         "OLDEST READY",
     ]
     if status.history:
@@ -395,6 +400,7 @@ def _queue_lines(status: Status) -> list[str]:
             q.running,
             q.discarded,
             q.cancelled,
+            q.waiting,
             age(q.oldest_ready_age),
         ]
         if q.throughput is not None:

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
-from supervisor.web import controls, doctor_page, jobpage, reads
+from supervisor.web import controls, doctor_page, graph, jobpage, reads
 from supervisor.web.site import REFRESH_CHOICES, REFRESH_COOKIE, Site, duration, root_path
 
 log = logging.getLogger("pgq.web")
@@ -114,6 +114,16 @@ def routes(site: Site) -> list[Route]:
         view = await doctor_page.read(site.pool, site.config)
         return site.render(request, "doctor.html", view=view)
 
+    async def workflows(request: Request) -> Response:
+        now, found = await graph.recent(site.pool)
+        return site.render(request, "workflows.html", now=now, workflows=found)
+
+    async def workflow(request: Request) -> Response:
+        view = await graph.read(site.pool, request.path_params["workflow_id"])
+        if view.status is None:
+            raise HTTPException(404, f"no workflow {request.path_params['workflow_id']}")
+        return site.render(request, "workflow.html", view=view, now=view.now)
+
     async def refresh(request: Request) -> Response:
         """The header's refresh control: remember the choice, go back to the page."""
         every = request.query_params.get("every", "")
@@ -135,6 +145,8 @@ def routes(site: Site) -> list[Route]:
         Route("/dead", dead),
         Route("/workers", workers),
         Route("/doctor", doctor),
+        Route("/workflows", workflows),
+        Route("/workflows/{workflow_id:int}", workflow),
     ]
 
 
