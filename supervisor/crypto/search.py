@@ -10,25 +10,28 @@ web.redact can join the encrypt: fields here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from supervisor.queue.secrets import MARK
 
 
-def protected_keys(config: Any, kind: str | None = None) -> dict[str, str]:
+def protected_keys(
+    config: Any, kind: str | None = None, redact: Collection[str] | None = None
+) -> dict[str, str]:
     """Argument keys a search may not name (case-folded), each with where it is declared:
     ``jobs.KIND.encrypt`` for the kind searched (every kind's when none is named), and
-    ``web.redact`` for every kind."""
+    ``web.redact`` for every kind (``redact``, else the config's)."""
     found: dict[str, str] = {MARK.casefold(): "the envelope of encrypted arguments"}
-    if config is None:
-        return found
-    for job_kind, fields in config.encrypted_fields().items():
-        if kind is not None and job_kind != kind:
-            continue
-        for name in fields:
-            found.setdefault(name.casefold(), f"jobs.{job_kind}.encrypt")
-    for name in config.web.redact:  # no page shows them: a search would tell them
+    if config is not None:
+        for job_kind, fields in config.encrypted_fields().items():
+            if kind is not None and job_kind != kind:
+                continue
+            for name in fields:
+                found.setdefault(name.casefold(), f"jobs.{job_kind}.encrypt")
+    if redact is None:
+        redact = config.web.redact if config is not None else ()
+    for name in redact:  # no page shows them: a search would tell them
         found.setdefault(name.casefold(), "web.redact")
     return found
 

@@ -70,7 +70,9 @@ def _filter(site: Site, params: Any) -> JobFilter:
     """The page's filter; a search naming an encrypted or a redacted key is a 400
     (supervisor/crypto/search.py)."""
     which = finder.filter_from(params)
-    problem = search_problem(which.args, protected_keys(site.config, which.kind))
+    problem = search_problem(
+        which.args, protected_keys(site.config, which.kind, redact=site.web.redact)
+    )
     if problem:
         raise HTTPException(400, problem)
     return which
