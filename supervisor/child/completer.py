@@ -84,7 +84,11 @@ class Completer:
 
     def held(self) -> list[int]:
         """The ids of the jobs whose outcome waits here."""
-        return [job.id for job in self.done] + [s.job.id for s in self.settled]
+        return [job.id for job in self.held_jobs()]
+
+    def held_jobs(self) -> list[Job]:
+        """The jobs whose outcome waits here."""
+        return self.done + [s.job for s in self.settled]
 
     def _changed(self) -> None:
         if self.on_unrecorded is not None:

@@ -47,8 +47,9 @@ def parse(text: str) -> dict[str, str]:
     return queries
 
 
-# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23).
-_FILES = ("queries.sql", "outcomes.sql")
+# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23);
+# sql/leases.sql the master's renewal, cancel watch and rescue by key (issue 30).
+_FILES = ("queries.sql", "outcomes.sql", "leases.sql")
 
 
 @cache
