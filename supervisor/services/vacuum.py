@@ -12,11 +12,12 @@ a connection of its own, opened for the occasion (without waiting: the connect a
 at every turn of the master's loop until it is made, then the vacuum starts), and its socket
 joins the master's selector; the result is read when it arrives. (The connect once advanced only
 at each check, 20 ms every 5 s: on a loaded server, where a connect takes longer than 20 ms of
-polling, it ran out its connect_timeout every time and the vacuum never ran, issue 30.)
-With several supervisors on one database, a vacuum starts at most once per interval across
-the fleet (the maintenance record, pgq.maintenance_runs); on a direct session the connection also holds an advisory lock while the vacuum runs, and closing it
-(or its death) releases the lock. Behind a transaction pooler no session lock can be held, and
-VACUUM (SKIP_LOCKED) itself skips a table another vacuum is working on.
+polling, it ran out its connect_timeout every time and the vacuum never ran, issue 30.) With
+several supervisors on one database, a vacuum starts at most once per interval across the fleet
+(the maintenance record, pgq.maintenance_runs); on a direct session the connection also holds an
+advisory lock while the vacuum runs, and closing it (or its death) releases the lock. Behind a
+transaction pooler no session lock can be held, and VACUUM (SKIP_LOCKED) itself skips a table
+another vacuum is working on.
 """
 
 from __future__ import annotations
