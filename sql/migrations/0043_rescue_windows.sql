@@ -7,3 +7,14 @@
 -- windowed run (which starts at the earliest lease of a running job); a supervisor of the
 -- previous release ignores the column and rescues as before.
 ALTER TABLE pgq.maintenance ADD COLUMN IF NOT EXISTS scanned_through timestamptz;
+
+-- The first windowed run starts at the earliest lease of a job running now (every later claim's
+-- lease ends after it), found here, once, rather than by a rescue under the master's statement
+-- timeout: with a horizon held at the upgrade, that look walks every entry the hold keeps.
+INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by, scanned_through)
+SELECT 'rescue', 'epoch', 'migration 0043', coalesce(min(lease_until), now())
+FROM pgq.jobs
+WHERE state = 'running'
+ON CONFLICT (task) DO UPDATE
+SET scanned_through = EXCLUDED.scanned_through
+WHERE m.scanned_through IS NULL;

@@ -20,6 +20,17 @@ from supervisor.queue.queries import query
 Claim = tuple[int, int]
 
 
+def _by_key(
+    conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run one of sql/leases.sql's statements under by_key_plan's settings, prepared (so its
+    generic plan is made once per session), in the caller's transaction."""
+    conn.execute(query("by_key_plan"))
+    # Behind a transaction pooler nothing is prepared (the connection says so).
+    prepare = None if conn.prepare_threshold is None else True
+    return conn.execute(query(name), params, prepare=prepare).fetchall()
+
+
 def _pairs(claims: Sequence[Claim]) -> dict[str, list[int]]:
     return {"ids": [c[0] for c in claims], "lease_ids": [c[1] for c in claims]}
 
@@ -31,7 +42,8 @@ def renew_held(
     if not claims:
         return 0
     params = {**_pairs(claims), "lease_seconds": lease_seconds}
-    return len(conn.execute(query("renew_held_leases"), params).fetchall())
+    with conn.transaction():
+        return len(_by_key(conn, "renew_held_leases", params))
 
 
 def held_cancel_requests(
@@ -40,7 +52,8 @@ def held_cancel_requests(
     """Of these claims, the jobs someone asked to cancel."""
     if not claims:
         return []
-    rows = conn.execute(query("held_cancel_requests"), _pairs(claims)).fetchall()
+    with conn.transaction():
+        rows = _by_key(conn, "held_cancel_requests", _pairs(claims))
     return [CancelRequest(*row) for row in rows]
 
 
@@ -85,8 +98,9 @@ def rescue_window(
             conn, "rescue", run_by, started_at
         ):
             return RescueWindow([], None, False)
-        rows = conn.execute(
-            query("rescue_window"),
+        rows = _by_key(
+            conn,
+            "rescue_window",
             {
                 "since": since,
                 "until": until,
@@ -95,7 +109,7 @@ def rescue_window(
                 "external_kinds": list(external_kinds),
                 **_policy_params(max_attempts),
             },
-        ).fetchall()
+        )
         full = len(rows) >= limit
         # A full window goes on from its last expiry (renewals give many jobs the same one);
         # the rest of the window was looked at.

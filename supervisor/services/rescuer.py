@@ -53,6 +53,10 @@ class WindowWidth:
         factor = min(2.0, max(0.25, WINDOW_SECONDS / max(took, 1e-4)))
         self.width = min(MAX_WIDTH, max(MIN_WIDTH, self.width * factor))
 
+    def failed(self) -> None:
+        """A window that failed (most likely the statement timeout) is tried again narrower."""
+        self.width = max(MIN_WIDTH, self.width / 4)
+
 
 class RescueRun:
     """One interval's rescue, claimed at ``started_at``; ``step`` moves one slice."""
@@ -85,6 +89,7 @@ class RescueRun:
             rows=lambda done: len(done.moved),
         )
         if done is None:
+            self.width.failed()
             return STEP_RETRY_AFTER
         if done.next_since is None:
             self.superseded = True
