@@ -157,3 +157,11 @@ FROM moved AS m
 JOIN target AS t USING (id)
 CROSS JOIN (SELECT count(*) FROM ended) AS e
 ORDER BY t.lease_until;
+
+-- name: child_session_timeouts
+-- A child's session: a statement that waits on a lock (a carried outcome's row someone holds, a
+-- queue's limits mutex) is cut short at the lock timeout, any statement at the statement
+-- timeout, and retried (supervisor/child/session.py): without them a 15 s wait behind a row lock
+-- held the child's claims for 15 s (issue 30). Session-wide, on a direct session only.
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false);

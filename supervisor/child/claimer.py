@@ -92,6 +92,12 @@ class Claimer:
             session.warn(f"claim from queues {queues} failed: {exc}")
             session.reconnect()
             return []
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+            # Cut short by the session's lock or statement timeout (child/session.py): a stall,
+            # not a fault. Nothing was written (outcomes it carried wait in the completer), and
+            # the claim is made again at once.
+            session.warn(f"claim from queues {queues} cut short, retrying: {exc}")
+            return []
         except psycopg.Error as exc:
             session.error(f"claim from queues {queues} failed: {exc}")
             self.process.sleep(1.0)

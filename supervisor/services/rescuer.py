@@ -34,11 +34,11 @@ log = logging.getLogger("pgq.master")
 
 # Jobs named in the log line of a run; the count covers them all.
 NAMED_IN_LOG = 10
-# How long one window should take (a slice of the loop's turn), and the width of expiry time the
-# first one covers; the width then follows what each window cost, at most doubling per window
-# (an empty stretch after a quiet weekend is crossed in a few dozen windows).
+# How long one window should take (a slice of the loop's turn). The width of expiry time a window
+# covers follows what the last one cost, kept from run to run: at most doubling per window (an
+# empty stretch after a quiet weekend is crossed in a few dozen), a quarter after a slow one.
+# The first run's first window covers the whole run: on a clean database that is one window.
 WINDOW_SECONDS = 0.01
-FIRST_WIDTH = timedelta(seconds=1)
 MIN_WIDTH = timedelta(milliseconds=10)
 MAX_WIDTH = timedelta(days=30)
 
@@ -47,7 +47,7 @@ class WindowWidth:
     """How much expiry time the next window covers, scaled to last about WINDOW_SECONDS."""
 
     def __init__(self) -> None:
-        self.width = FIRST_WIDTH
+        self.width = MAX_WIDTH
 
     def learn(self, took: float) -> None:
         factor = min(2.0, max(0.25, WINDOW_SECONDS / max(took, 1e-4)))
@@ -61,21 +61,35 @@ class WindowWidth:
 class RescueRun:
     """One interval's rescue, claimed at ``started_at``; ``step`` moves one slice."""
 
-    def __init__(self, host: Host, started_at: datetime, since: datetime) -> None:
+    def __init__(
+        self, host: Host, started_at: datetime, since: datetime, width: WindowWidth
+    ) -> None:
         self.host = host
         self.started_at = started_at
         # The windows run from ``since`` to the run's start (the database's clock).
         self.since = since
-        self.width = WindowWidth()
+        self.width = width
         self.size = SliceSize(host.config.rescue.batch)
         self.requeued = 0
         self.discarded = 0
         self.named: list[maintenance.Moved] = []
         self.superseded = False
+        self.last_rows = 0  # moved by the last window
         self.clock = time.monotonic()
         self.slices = 0
 
     def step(self) -> float | None:
+        """Windows until one comes back full, this turn has spent WINDOW_SECONDS, or the run
+        reaches its start (an empty stretch costs one turn, not one per window)."""
+        began = time.monotonic()
+        while True:
+            pause = self._one_window()
+            if pause != 0.0 or time.monotonic() - began >= WINDOW_SECONDS:
+                return pause
+            if self.size.full(self.last_rows):
+                return pause
+
+    def _one_window(self) -> float | None:
         if self.since >= self.started_at and self.slices:
             return None
         # (A run with nothing to cover still runs its one empty window: that writes the mark.)
@@ -94,6 +108,7 @@ class RescueRun:
         if done.next_since is None:
             self.superseded = True
             return None
+        self.last_rows = len(done.moved)
         if not done.full:
             self.width.learn(time.monotonic() - began)
         self.since = done.next_since
@@ -127,6 +142,10 @@ class Rescuer(SlicedService[RescueRun]):
 
     name = "rescuer"
 
+    def __init__(self, host: Host, interval: float, *, first_in: float = 0.0) -> None:
+        super().__init__(host, interval, first_in=first_in)
+        self.width = WindowWidth()
+
     def start(self) -> RescueRun | None:
         host = self.host
         started_at = host.db.run(
@@ -146,7 +165,7 @@ class Rescuer(SlicedService[RescueRun]):
         since = mark - timedelta(seconds=self.interval) if mark is not None else earliest
         host.counters.rescuer_runs += 1
         log.debug("rescuer: running (supervisor %s)", host.supervisor_id)
-        return RescueRun(host, started_at, since if since is not None else started_at)
+        return RescueRun(host, started_at, since if since is not None else started_at, self.width)
 
     def finish(self, run: RescueRun) -> None:
         if run.superseded:
