@@ -28,14 +28,23 @@ SELECT set_config('enable_seqscan', 'off', true),
 
 -- name: renew_held_leases
 -- Extends the leases of the claimed jobs (ids[i], lease_ids[i]) that this host's children hold,
--- fenced on (id, lease_id) like renew_leases; returns the ids still held. The id = ANY keeps
--- the plan on the primary key whatever the planner thinks of the table's size.
+-- fenced on (id, lease_id) like renew_leases; returns the ids renewed. A row someone holds (an
+-- operator's open transaction, the child writing its outcome) is skipped this turn rather than
+-- waited for: waiting, the whole host's renewal ran into the master's lock timeout for as long
+-- as one row was held. Written back through the locked rows' tuple ids (see rescue_window).
+WITH held AS (
+    SELECT j.ctid AS tid
+    FROM pgq.jobs AS j
+    JOIN unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
+      ON f.id = j.id
+     AND f.lease_id = j.lease_id
+    WHERE j.id = ANY(%(ids)s::bigint[])
+    FOR UPDATE OF j SKIP LOCKED
+)
 UPDATE pgq.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease_seconds)s::float8)
-FROM unnest(%(ids)s::bigint[], %(lease_ids)s::bigint[]) AS f(id, lease_id)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.id = f.id
-  AND j.lease_id = f.lease_id
+FROM held
+WHERE j.ctid = held.tid
 RETURNING j.id;
 
 -- name: held_cancel_requests

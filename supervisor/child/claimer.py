@@ -16,7 +16,7 @@ from supervisor.child.process import read_all
 from supervisor.child.session import ChildSession
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.dsn import RECONNECT_ERRORS
+from supervisor.queue.dsn import RECONNECT_ERRORS, STATEMENT_CUT
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Counter, State
 
@@ -88,15 +88,15 @@ class Claimer:
             else:
                 claimed = jobs_api.read_claim(send(session.conn, ()))
                 jobs, limit_wait = claimed.jobs, claimed.limit_wait
-        except RECONNECT_ERRORS as exc:
-            session.warn(f"claim from queues {queues} failed: {exc}")
-            session.reconnect()
-            return []
-        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as exc:
+        except STATEMENT_CUT as exc:
             # Cut short by the session's lock or statement timeout (child/session.py): a stall,
             # not a fault. Nothing was written (outcomes it carried wait in the completer), and
             # the claim is made again at once.
             session.warn(f"claim from queues {queues} cut short, retrying: {exc}")
+            return []
+        except RECONNECT_ERRORS as exc:
+            session.warn(f"claim from queues {queues} failed: {exc}")
+            session.reconnect()
             return []
         except psycopg.Error as exc:
             session.error(f"claim from queues {queues} failed: {exc}")
