@@ -27,6 +27,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -178,7 +179,7 @@ class Lane:
                 time.sleep(0.05)
 
     def run(self) -> dict[str, Any]:
-        config = HERE / f".lease_horizon_{self.name}.yaml"
+        config = Path(tempfile.gettempdir()) / f"lease_horizon_{self.name}.yaml"
         config.write_text(
             CONFIG.format(
                 fast=self.args.fast,
@@ -187,7 +188,7 @@ class Lane:
                 renew=self.args.lease / 3,
             )
         )
-        log_path = HERE / f".lease_horizon_{self.name}.log"
+        log_path = Path(tempfile.gettempdir()) / f"lease_horizon_{self.name}.log"
         env = {**os.environ, "PGQ_DSN": self.dsn, "PYTHONPATH": f"{self.tree}:{HERE}"}
         with open(log_path, "wb") as log:
             sup = subprocess.Popen(
