@@ -39,11 +39,13 @@ from psycopg import conninfo, sql
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+# How each service's statement is told apart in pg_stat_activity (this release's and earlier
+# ones'); the first that matches names it.
 SERVICES = {
-    "renewal": "SET lease_until = now() +",
-    "rescue": "stopped renewing it",
-    "cancel": "cancel_requested_at IS NOT NULL",
-    "vacuum": "VACUUM",
+    "renewal": r"SET lease_until = now\(\) \+",
+    "rescue": r"stopped renewing it",
+    "cancel": r"SELECT (j\.)?id, (j\.)?locked_by, (j\.)?kind, (j\.)?queue",
+    "vacuum": r"^VACUUM",
 }
 FAILURES = {
     "renewal": "lease renewal failed",
@@ -166,8 +168,9 @@ class Lane:
                 b = self.bucket(time.time())
                 for took, text in rows:
                     for service, marker in SERVICES.items():
-                        if marker in (text or ""):
+                        if re.search(marker, (text or "").lstrip(), re.MULTILINE):
                             self.samples[b][service] = max(self.samples[b].get(service, 0), took)
+                            break
                 second = int(time.time() - self.started)
                 if second != last_second:
                     last_second = second

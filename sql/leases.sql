@@ -31,7 +31,10 @@ SELECT set_config('enable_seqscan', 'off', true),
 -- fenced on (id, lease_id) like renew_leases; returns the ids renewed. A row someone holds (an
 -- operator's open transaction, the child writing its outcome) is skipped this turn rather than
 -- waited for: waiting, the whole host's renewal ran into the master's lock timeout for as long
--- as one row was held. Written back through the locked rows' tuple ids (see rescue_window).
+-- as one row was held. A lease with more than %(fresh_for)s seconds left (claimed or renewed
+-- since the last turn: most of a busy host's claims, which finish in milliseconds) is left as it
+-- is: it lasts past the next turn, and rewriting it only adds row versions. Written back
+-- through the locked rows' tuple ids (see rescue_window).
 WITH held AS (
     SELECT j.ctid AS tid
     FROM pgq.jobs AS j
@@ -39,6 +42,7 @@ WITH held AS (
       ON f.id = j.id
      AND f.lease_id = j.lease_id
     WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.lease_until < now() + make_interval(secs => %(fresh_for)s::float8)
     FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE pgq.jobs AS j

@@ -36,12 +36,17 @@ def _pairs(claims: Sequence[Claim]) -> dict[str, list[int]]:
 
 
 def renew_held(
-    conn: psycopg.Connection[Any], claims: Sequence[Claim], *, lease_seconds: float
+    conn: psycopg.Connection[Any],
+    claims: Sequence[Claim],
+    *,
+    lease_seconds: float,
+    fresh_for: float = 0.0,
 ) -> int:
-    """Extend the leases of these claims (fenced); how many were still held."""
+    """Extend the leases of these claims (fenced) that have at most ``fresh_for`` seconds left;
+    how many were renewed."""
     if not claims:
         return 0
-    params = {**_pairs(claims), "lease_seconds": lease_seconds}
+    params = {**_pairs(claims), "lease_seconds": lease_seconds, "fresh_for": fresh_for}
     with conn.transaction():
         return len(_by_key(conn, "renew_held_leases", params))
 

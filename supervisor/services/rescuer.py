@@ -34,23 +34,39 @@ log = logging.getLogger("pgq.master")
 
 # Jobs named in the log line of a run; the count covers them all.
 NAMED_IN_LOG = 10
-# How long one window should take (a slice of the loop's turn). The width of expiry time a window
-# covers follows what the last one cost, kept from run to run: at most doubling per window (an
-# empty stretch after a quiet weekend is crossed in a few dozen), a quarter after a slow one.
+# The width of expiry time a window covers follows what windows cost, kept from run to run. A
+# window's time is a fixed part (its round trips: on a loaded machine 100 ms and more, measured
+# at a load of 19 on two cores) and a part that grows with the entries it walks; the width is
+# set so that the second stays about the size of the first (the fastest recent window's time,
+# the floor): below twice the floor it doubles (an empty stretch after a quiet weekend is
+# crossed in a few dozen windows), past four times it halves, past SLOW_WINDOW (a quarter of the
+# master's statement timeout) it quarters. Aimed at a fixed time instead (10 ms), the windows of
+# a loaded machine shrank to nothing but round trips, and a run took longer than its interval.
 # The first run's first window covers the whole run: on a clean database that is one window.
-WINDOW_SECONDS = 0.01
+WINDOW_SECONDS = 0.01  # a turn runs windows while it has spent less than this
+SLOW_WINDOW = 0.25
 MIN_WIDTH = timedelta(milliseconds=10)
 MAX_WIDTH = timedelta(days=30)
 
 
 class WindowWidth:
-    """How much expiry time the next window covers, scaled to last about WINDOW_SECONDS."""
+    """How much expiry time the next window covers."""
 
     def __init__(self) -> None:
         self.width = MAX_WIDTH
+        self.floor: float | None = None  # the fastest recent window's time
 
     def learn(self, took: float) -> None:
-        factor = min(2.0, max(0.25, WINDOW_SECONDS / max(took, 1e-4)))
+        # The floor creeps up when no window is as fast any more (the machine got busier).
+        self.floor = took if self.floor is None else min(took, self.floor * 1.05)
+        if took > SLOW_WINDOW:
+            factor = 0.25
+        elif took > 4 * self.floor:
+            factor = 0.5
+        elif took < 2 * self.floor:
+            factor = 2.0
+        else:
+            factor = 1.0
         self.width = min(MAX_WIDTH, max(MIN_WIDTH, self.width * factor))
 
     def failed(self) -> None:
