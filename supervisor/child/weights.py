@@ -1,5 +1,5 @@
 """Choosing the order a child's claim tries its pool's queues in, and where each queue's tenant
-rotation resumes. One claim statement then takes a batch across them (sql/queries.sql, claim).
+rotation resumes. One claim statement then takes a batch across them (sql/claim.sql).
 
 Queues: smooth weighted round-robin (the algorithm nginx uses for upstreams) among the queues
 that had work: every pick, each one's score grows by its weight; the highest score goes first
@@ -47,6 +47,13 @@ class WeightedQueues:
         self._empty_until = dict.fromkeys(self.weights, 0.0)
         self._rest = dict.fromkeys(self.weights, EMPTY_FOR)
         self._active: list[str] = list(self.weights)  # not resting at the last order()
+
+    def reweigh(self, weights: Mapping[str, int]) -> None:
+        """New weights for the same queues (a weight-only reload): the rotation starts over."""
+        if set(weights) != set(self.weights) or any(w <= 0 for w in weights.values()):
+            raise ValueError(f"reweigh needs positive weights for {list(self.weights)}")
+        self.weights = {q: weights[q] for q in self.weights}
+        self._score = dict.fromkeys(self.weights, 0)
 
     def order(self, now: float) -> list[str]:
         """Every queue, in the order the next claim should try them: the queues that had work

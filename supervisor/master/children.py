@@ -169,6 +169,7 @@ def spawn(
     board = Board(
         pool.threads,
         unrecorded=pool.batch + pool.threads,
+        queues=len(pool.queues),
         held=HELD_ROOM_PER_SLOT * (pool.batch + pool.threads),
     )
     wake_r, wake_w = os.pipe()

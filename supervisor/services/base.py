@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from supervisor.observability.view import MasterCounters
-from supervisor.services.database import MasterDatabase
+from supervisor.sessions.database import MasterDatabase
 from supervisor.shared.board import Board
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ class ChildRecord(Protocol):
     draining: bool
     kill_reason: str | None
     spawned_wall: float
+
+    def signal(self, signum: int) -> None: ...
 
 
 class Host(Protocol):

@@ -20,9 +20,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from supervisor.cli import schedules
-from supervisor.cli.schedules import ScheduleRow
-from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
 from supervisor.config import Config, PoolConfig
 from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
@@ -30,6 +27,16 @@ from supervisor.queue.limits import LimitUse
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scheduled import ScheduleRecord
 from supervisor.queue.unknown import UnknownJob
+from supervisor.views import schedules
+from supervisor.views.schedules import ScheduleRow
+from supervisor.views.status import (
+    UNHANDLED_SAMPLE,
+    QueueRow,
+    Status,
+    SupervisorView,
+    supervisors_from,
+    unhandled_kinds,
+)
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
 
 # Counting stops here, so a page's cost stays flat whatever the table holds; past it the
@@ -169,6 +176,13 @@ async def overview(
             UnknownJob(**r)
             for r in await fetch(conn, query("list_unknown"), {"limit": UNKNOWN_ROWS})
         ]
+        unhandled: list[tuple[str, str, int, int]] = []
+        if config is not None:  # without the YAML nobody here knows which kinds are served
+            params = {"kinds": sorted(config.handlers), "cap": UNHANDLED_SAMPLE}
+            rows = await fetch(conn, query("unhandled_kinds"), params)
+            unhandled = unhandled_kinds(
+                (r["queue"], r["kind"], r["waiting"], r["dead"]) for r in rows
+            )
         batches = [
             BatchStatus(**r)
             for r in await fetch(conn, query("recent_batches"), {"limit": BATCH_ROWS})
@@ -184,6 +198,7 @@ async def overview(
         supervisors=supervisors,
         schedules=schedules.rows(config, records, now) if config else [],
         unknown=unknown_counts,
+        unhandled=unhandled,
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile)
         if config
         else frozenset(),

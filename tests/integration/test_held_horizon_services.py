@@ -26,7 +26,7 @@ import pytest
 from supervisor.config import Config, parse_config
 from supervisor.observability.view import MasterCounters
 from supervisor.services.cancel_watch import CancelWatch
-from supervisor.services.database import MasterDatabase
+from supervisor.sessions.database import MasterDatabase
 from supervisor.services.leases import LeaseRenewal
 from supervisor.services.rescuer import Rescuer
 from supervisor.shared.board import Board

@@ -20,8 +20,8 @@ from supervisor.queue.jobs import claim_params
 from supervisor.queue.maintenance import queue_stats
 from supervisor.queue.migrations import available, migrate
 from supervisor.queue.queries import query
-from supervisor.services.database import MasterDatabase
 from supervisor.services.scheduler import GRACE, Scheduler, unique_key
+from supervisor.sessions.database import MasterDatabase
 from tests.master_session import connected
 
 UTC = timezone.utc
@@ -286,7 +286,7 @@ def test_ticks_missed_while_no_supervisor_ran_are_skipped_or_run_once(dsn: str) 
 
 
 def test_status_shows_each_schedule_s_last_and_next_tick(dsn: str) -> None:
-    from supervisor.cli import status_view
+    from supervisor.views import status as status_view
 
     host = _Host(dsn, SCHEDULES % "skip")
     three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
@@ -499,3 +499,17 @@ def test_a_host_whose_clock_runs_ahead_takes_no_tick_early(
     assert ahead.next_run(time.monotonic()) - time.monotonic() <= 1.1
     on_time.db.close()
     ahead_host.db.close()
+
+
+def test_the_first_seen_line_names_the_tick_its_first_job_is_for(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="pgq")
+    host = _Host(dsn, EVERY_TWO_SECONDS % "skip")
+    start = datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
+    Scheduler(host).run_at(start)  # type: ignore[arg-type]
+    line = next(r.getMessage() for r in caplog.records if "first seen" in r.getMessage())
+    # Recorded at 03:00:00 (the latest tick); its first job is the next one, 03:00:02.
+    assert "first seen at its tick 2026-12-01T03:00:00+00:00" in line
+    assert line.endswith("its first job is for 2026-12-01T03:00:02+00:00"), line
+    host.db.close()

@@ -18,9 +18,9 @@ from supervisor.observability.exposition import render
 from supervisor.observability.families import master_families
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import locks
-from supervisor.services.database import MasterDatabase
-from supervisor.services.pending import PendingStatement
 from supervisor.services.vacuum import QueueVacuum
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.pending import PendingStatement
 from tests.master_session import connected, vacuum_started
 from tests.promtext import parse
 
@@ -189,7 +189,7 @@ def test_a_vacuum_whose_connect_takes_many_steps_starts_between_checks(
     advance only at each check (every 5 s), so it ran out its connect_timeout and the vacuum
     never ran (issue 30); the loop now advances it every turn, and the vacuum starts once it is
     made, without waiting for the next check."""
-    monkeypatch.setattr("supervisor.services.database.CONNECT_STEP", 0.0)  # one poll a call
+    monkeypatch.setattr("supervisor.sessions.database.CONNECT_STEP", 0.0)  # one poll a call
     service, selector = vacuum
     _dead_rows(dsn, 60)
     service.dead_rows = _wait_for_stat(dsn, "n_dead_tup", 60)
