@@ -1,5 +1,6 @@
-"""Handlers for scripts/benchmarks/lease_horizon_run.py: a no-op for the stream, and a job that runs longer
-than its lease and writes when each attempt starts and ends (so a second run shows)."""
+"""Handlers for scripts/benchmarks/lease_horizon_run.py: a no-op for the stream, and a job
+that runs longer than its lease and writes when each attempt starts and ends (a second run
+shows)."""
 
 from __future__ import annotations
 

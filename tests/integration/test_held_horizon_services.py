@@ -26,9 +26,9 @@ import pytest
 from supervisor.config import Config, parse_config
 from supervisor.observability.view import MasterCounters
 from supervisor.services.cancel_watch import CancelWatch
-from supervisor.sessions.database import MasterDatabase
 from supervisor.services.leases import LeaseRenewal
 from supervisor.services.rescuer import Rescuer
+from supervisor.sessions.database import MasterDatabase
 from supervisor.shared.board import Board
 from tests.master_session import connected
 
