@@ -63,6 +63,10 @@ class Child:
     draining: bool = False
     kill_reason: str | None = None
     spawned_wall: float = 0.0
+    signals: list[int] = field(default_factory=list)
+
+    def signal(self, signum: int) -> None:
+        self.signals.append(signum)
 
 
 @dataclass
@@ -170,4 +174,5 @@ def test_renewal_rescue_and_cancel_watch_finish_through_a_held_horizon(
 
     conn.execute("UPDATE pgq.jobs SET cancel_requested_at = now() WHERE id = %s", (long_id,))
     assert CancelWatch(host, 1.0).run_once() == 1
-    assert host.killed and f"job {long_id} (long)" in host.killed[0]
+    child = host.children[0]  # told through its board, and signalled to look
+    assert long_id in child.board.cancelled_jobs() and child.signals
