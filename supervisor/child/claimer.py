@@ -17,7 +17,7 @@ from supervisor.child.session import ChildSession
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue import claim_builder
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.dsn import RECONNECT_ERRORS
+from supervisor.queue.dsn import RECONNECT_ERRORS, STATEMENT_CUT
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Counter, State
 
@@ -108,6 +108,12 @@ class Claimer:
                     claimed.limit_wait,
                     claimed.limits_found,
                 )
+        except STATEMENT_CUT as exc:
+            # Cut short by the session's lock or statement timeout (child/session.py): a stall,
+            # not a fault. Nothing was written (outcomes it carried wait in the completer), and
+            # the claim is made again at once.
+            session.warn(f"claim from queues {queues} cut short, retrying: {exc}")
+            return []
         except RECONNECT_ERRORS as exc:
             session.warn(f"claim from queues {queues} failed: {exc}")
             session.reconnect()

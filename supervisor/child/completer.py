@@ -19,7 +19,7 @@ from supervisor.child.executor import job_fields
 from supervisor.child.session import ChildSession
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue import outcomes
-from supervisor.queue.dsn import RECONNECT_ERRORS
+from supervisor.queue.dsn import RECONNECT_ERRORS, STATEMENT_CUT
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
 from supervisor.shared.words import plural
@@ -87,7 +87,11 @@ class Completer:
 
     def held(self) -> list[int]:
         """The ids of the jobs whose outcome waits here."""
-        return [job.id for job in self.done] + [s.job.id for s in self.settled]
+        return [job.id for job in self.held_jobs()]
+
+    def held_jobs(self) -> list[Job]:
+        """The jobs whose outcome waits here."""
+        return self.done + [s.job for s in self.settled]
 
     def _changed(self) -> None:
         if self.on_unrecorded is not None:
@@ -168,6 +172,11 @@ class Completer:
             elif send is not None:
                 claimed = send(conn, done)
             result = jobs_api.read_claim(claimed, done) if claimed is not None else None
+        except STATEMENT_CUT:
+            # A row lock (or the statement timeout) cut the round trip short: each outcome is
+            # tried on its own, the one that waits stays here, and the claim goes without it.
+            self._write_one_by_one(conn)
+            return self._claim_only(conn, claim)
         except RECONNECT_ERRORS:
             raise
         except psycopg.Error:
@@ -238,6 +247,8 @@ class Completer:
                         written = _tally(board, pool, None, [settlement], result)
                         self._announce([settlement])
                     self._written(written)
+                except STATEMENT_CUT as exc:
+                    refused.append((job, settlement, exc))  # its row is held: tried again
                 except RECONNECT_ERRORS:
                     raise
                 except psycopg.Error as exc:

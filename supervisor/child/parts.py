@@ -44,7 +44,7 @@ class Parts:
             spec.pool.name,
             history=spec.config.history.enabled,
             on_scheduled=lambda: self.process.report(b"S"),
-            on_unrecorded=spec.board.set_unrecorded,
+            on_unrecorded=self.unrecorded_changed,
         )
         self.claimer = Claimer(self.session, self.completer)
         self.questions = Questions(self.session)
@@ -72,6 +72,21 @@ class Parts:
         if self.in_hand is not None:
             held.append(self.in_hand.id)
         return held + self.completer.held()
+
+    def publish_held(self) -> None:
+        """Show the master every claim this child holds (the board): it renews their leases and
+        watches them for cancels by primary key. Called after a claim and whenever outcomes
+        wait or were written; a claim shown a moment after it ended costs one fenced no-op."""
+        claims = [(job.id, job.lease_id) for job in self.unstarted]
+        claims += [(job.id, job.lease_id) for job in self.handed_out.values()]
+        if self.in_hand is not None:
+            claims.append((self.in_hand.id, self.in_hand.lease_id))
+        claims += [(job.id, job.lease_id) for job in self.completer.held_jobs()]
+        self.board.set_held(claims)
+
+    def unrecorded_changed(self, ran: list[int]) -> None:
+        self.board.set_unrecorded(ran)
+        self.publish_held()
 
     def lease_held(self, job: Job) -> bool | None:
         return self.questions.ask(lambda conn: jobs_api.lease_held(conn, job))

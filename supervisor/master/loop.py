@@ -356,7 +356,9 @@ class Master(Slots, Reaping, Stopping):
         return self.selector.select(timeout)
 
     def connecting_sessions(self) -> list[MasterDatabase]:
-        return [self.db, *([self.listener.session] if self.listener is not None else [])]
+        listener = [self.listener.session] if self.listener is not None else []
+        vacuum = [self.vacuum.session] if self.vacuum.connecting else []
+        return [self.db, *listener, *vacuum]
 
     # -- what woke the loop ------------------------------------------------------------------
 
@@ -379,6 +381,8 @@ class Master(Slots, Reaping, Stopping):
                 self.metrics.handle(key)
         if self.db.connect_under_way:  # every turn, not only when a service is due
             self.db.connection()
+        if self.vacuum.connecting:  # likewise: a vacuum waits for its session
+            self.vacuum.advance()
         if self.listener is not None:
             fd = self.listener.fd
             self.listener.refresh()

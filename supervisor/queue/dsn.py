@@ -170,6 +170,13 @@ RECONNECT_ERRORS: tuple[type[psycopg.Error], ...] = (
     psycopg.errors.ReadOnlySqlTransaction,
 )
 
+# A statement the session's own lock or statement timeout cut short: OperationalErrors, but the
+# session is fine and nothing needs a reconnect (catch these before RECONNECT_ERRORS).
+STATEMENT_CUT: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.QueryCanceled,
+)
+
 
 def session_lost(exc: BaseException) -> bool:
     """Whether a session that raised ``exc`` must be dropped and reopened rather than reused.
