@@ -13,6 +13,7 @@ from datetime import time
 
 from yaml.nodes import Node
 
+from supervisor.config.elastic import budget, host_section, processes
 from supervisor.config.fields import (
     MAX_NAME,
     Section,
@@ -122,6 +123,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         tenants=_tenants(top),
         limits=limits(top, pools),
         host=_host(reader, top),
+        budget=budget(top),
         lines=dict(reader.lines),
     )
 
@@ -203,10 +205,36 @@ def _host_name(reader: Reader, node: Node) -> str:
 HOST_RULE = "must be 1-64 letters, digits, '.', '_' or '-'"
 
 
+@described(
+    {
+        "oneOf": [
+            {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+                    "cpu": {"type": ["number", "string"]},
+                    "memory": {"type": ["integer", "string"]},
+                },
+            },
+        ],
+        "description": "a name, or {name, cpu, memory}: the name and the budgets of the "
+        "elastic pools (docs/elastic-pools.md)",
+    }
+)
+def _host_entry(reader: Reader, node: Node) -> str:
+    return _host_name(reader, node)
+
+
 def _host(reader: Reader, top: Section) -> str | None:
     """The host identity: PGQ_HOST, else the YAML's `host`, else None (the machine's name).
     The environment wins so one file can serve several supervisors on one machine."""
-    configured = top.get("host", _host_name, None)
+    section = host_section(top)
+    if section is not None:
+        configured = section.get("name", _host_name, None)
+    else:
+        configured = top.get("host", _host_entry, None)
     override = reader.env.get("PGQ_HOST")
     if override is None:
         return configured
@@ -243,6 +271,7 @@ def _pools(top: Section) -> dict[str, PoolConfig]:
 
 def _pool(name: str, s: Section) -> PoolConfig:
     s.only(*POOL_KEYS)
+    count, scaling = processes(s)
     memory_limit = s.get("memory_limit", optional(size(*MEMORY)), None)
     hard_limit = s.get("memory_hard_limit", optional(size(*MEMORY)), None)
     if memory_limit is not None and hard_limit is not None and hard_limit < memory_limit:
@@ -254,13 +283,14 @@ def _pool(name: str, s: Section) -> PoolConfig:
     return PoolConfig(
         name=name,
         queues=_queues(s.section("queues", "queue: weight, like {pdf: 3}", required=True)),
-        processes=s.get("processes", integer(1, 256), 1),
+        processes=count,
         threads=s.get("threads", integer(1, 256), 1),
         batch=s.get("batch", integer(1, 1000), 1),
         memory_limit=memory_limit,
         memory_hard_limit=hard_limit,
         max_jobs=s.get("max_jobs", optional(integer(1, 10**9)), None),
         poll_interval=s.get("poll_interval", duration(MAX_DURATION), 1.0),
+        scaling=scaling,
     )
 
 
