@@ -104,7 +104,7 @@ class PoolScaler:
         return Decision(
             target,
             need,
-            f"shrink: {why}; at most {peak:.1f} needed for {_s(quiet)}",
+            f"shrink: {why}; at most {peak:.1f} children needed over the last {_s(quiet)}",
         )
 
 

@@ -336,7 +336,17 @@ def children_families(master: MasterView) -> list[Family]:
     ready = Family(
         "pgq_children_ready", "gauge", "Children in the pool's slots that are ready to claim."
     )
-    wanted = Family("pgq_pool_processes", "gauge", "Children each pool is configured to run.")
+    wanted = Family("pgq_pool_processes", "gauge", "Children each pool is set to run now.")
+    desired = Family(
+        "pgq_pool_desired",
+        "gauge",
+        "Children each pool's scaling wants (elastic pools; a fixed pool's processes).",
+    )
+    backlog = Family(
+        "pgq_pool_backlog_seconds",
+        "gauge",
+        "Seconds of work due in each pool's queues (due jobs times measured service time).",
+    )
     counts = {(pool, state): 0 for pool in master.pools for state in STATES}
     for child in master.children:
         key = (child.pool, child.board.state.name.lower())
@@ -346,4 +356,6 @@ def children_families(master: MasterView) -> list[Family]:
     for name, pool in sorted(master.pools.items()):
         ready.add(pool.ready, pool=name)
         wanted.add(pool.processes, pool=name)
-    return [states, ready, wanted]
+        desired.add(pool.desired, pool=name)
+        backlog.add(pool.backlog_seconds, pool=name)
+    return [states, ready, wanted, desired, backlog]

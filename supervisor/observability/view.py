@@ -70,6 +70,10 @@ class PoolView:
     processes: int
     ready: int
     queues: tuple[str, ...]
+    # What the elastic pools' scaling wants (a fixed pool: its processes), and why.
+    desired: int = 0
+    backlog_seconds: float = 0.0
+    reason: str = ""
 
 
 @dataclass(frozen=True)

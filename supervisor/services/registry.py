@@ -5,16 +5,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cache
 from typing import Any
 
 import psutil
 import psycopg
 
-from supervisor.queue.queries import query
+from supervisor.queue.queries import parse, query, sql_text
 from supervisor.shared import memory
 
 # A supervisor whose heartbeat is older than this is presumed dead and its rows are pruned.
 STALE_AFTER = 30.0
+
+
+@cache
+def scaling_query(name: str) -> str:
+    """The elastic pools' statements (sql/scaling.sql), loaded once."""
+    return parse(sql_text("scaling.sql"))[name]
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ def heartbeat(
     config_path: str,
     workers: list[WorkerRow],
     external_kinds: list[str] | None = None,
+    scaling: str | None = None,
 ) -> list[tuple[str, str, int]]:
     """Refresh this supervisor's row and its children's; prune dead supervisors.
     Returns the (id, host, pid) of the supervisors pruned."""
@@ -58,6 +66,10 @@ def heartbeat(
                 "external_kinds": external_kinds or None,
             },
         )
+        if scaling is not None:
+            conn.execute(
+                scaling_query("publish_scaling"), {"id": supervisor_id, "scaling": scaling}
+            )
         conn.execute(query("clear_workers"), {"id": supervisor_id})
         if workers:
             conn.execute(
