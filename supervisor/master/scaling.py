@@ -1,12 +1,15 @@
 """How many children an elastic pool should have: pure decisions, no I/O (docs/elastic-pools.md).
 
-The need comes from Little's law. Jobs in service are the arrival rate times the service time
-(L = lambda x S), and those are the fleet's running jobs, read directly. On top of them, the
-backlog of due jobs, in seconds of work (each kind's count times its measured service time),
-must be served within the pool's target wait: that takes backlog_seconds / target_wait more
-jobs in service. A host sizes only for its share of the fleet (its max against the max of every
-live supervisor serving the pool, read from the registry), so two hosts reading the same backlog
-do not both grow for the same jobs.
+The need comes from Little's law and the wait a due job would see. Without a backlog, the jobs
+in service are the arrival rate times the service time (L = lambda x S): the fleet's running
+jobs, read directly, are the children the load keeps busy. With a backlog, a job enqueued now
+waits until the work ahead of it is served: the due jobs' seconds of work (each kind's count
+times its measured service time) plus what is left of the running ones (half a service time
+each, on average), spread over the children. Keeping that wait within the pool's target takes
+(backlog_seconds + running x S / 2) / target_wait children. The need is the larger of the two.
+A host sizes only for its share of the fleet (its max against the max of every live supervisor
+serving the pool, read from the registry), so two hosts reading the same backlog do not both
+grow for the same jobs.
 
 Hysteresis: the pool grows as soon as the need is above its size (by more than GROW_SLACK of a
 child: one job's jitter must not fork a child), and shrinks only when the need stayed below the
@@ -30,6 +33,9 @@ from supervisor.config.model import ScalingConfig
 GROW_SLACK = 0.2
 # The service time assumed for a kind before one of its jobs has been measured.
 UNMEASURED_SERVICE = 1.0
+# Growth plans to fill at most this share of the memory budget: a child's USS moves by a few
+# percent while it runs (allocations of the driver, of the handler), and the budget is a ceiling.
+MEMORY_PLANNED = 0.95
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class Reading:
     backlog_seconds: float  # their work: each kind's count times its service time
     running: int  # jobs running from those queues, on every host
     share: float = 1.0  # this host's share of the fleet's capacity for the pool (0-1]
+    service_seconds: float = UNMEASURED_SERVICE  # a job's measured service time
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,11 @@ class PoolScaler:
     below_since: float | None = None  # since when the need has stayed below the size
 
     def need(self, reading: Reading) -> float:
-        """Children this host needs: its share of the jobs in service plus those that would
-        serve the backlog within the target wait."""
+        """Children this host needs: its share of the jobs the load keeps in service, or of
+        those that serve the work ahead of a new job within the target wait, the larger."""
         wait = max(self.config.target_wait, 0.001)
-        jobs = reading.running + reading.backlog_seconds / wait
+        ahead = reading.backlog_seconds + reading.running * reading.service_seconds / 2
+        jobs = max(float(reading.running), ahead / wait) if reading.ready else reading.running
         return jobs * reading.share / max(self.threads, 1)
 
     def decide(self, reading: Reading, actual: int, now: float) -> Decision:
@@ -147,7 +155,7 @@ def budget_room(
     each budget's unused part divided by what one child uses, measured."""
     bounds: list[tuple[int, str]] = []
     if memory_budget is not None and per_child_memory > 0:
-        spare = (memory_budget - used_memory) // per_child_memory
+        spare = (int(memory_budget * MEMORY_PLANNED) - used_memory) // per_child_memory
         bounds.append(
             (
                 children + int(spare),

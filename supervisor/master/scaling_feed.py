@@ -116,6 +116,7 @@ class ScalingFeed(Service, Readable):
         self.finished: dict[int, tuple[int, float]] = {}  # child pid -> (jobs, seconds) seen
         self.cpu: dict[int, tuple[psutil.Process, float]] = {}  # child pid -> (process, cpu s)
         self.cpu_at = time.monotonic()
+        self.largest_child = 0  # the largest USS a child of an elastic pool has had
         self.configure()
 
     def configure(self) -> None:
@@ -249,7 +250,7 @@ class ScalingFeed(Service, Readable):
             running = sum(self.backlog.get(q, (0, 0))[1] for q in pool.queues)
             seconds = self.service.get(name, UNMEASURED_SERVICE)
             share = fleet_share(scaler.config.max, self.others_max.get(name, 0))
-            reading = Reading(ready, ready * seconds, running, share)
+            reading = Reading(ready, ready * seconds, running, share, seconds)
             wanted[name] = scaler.decide(reading, self.resizer.pool_size(name), now)
             state = self.states[name]
             state.backlog_seconds, state.service_seconds = reading.backlog_seconds, seconds
@@ -306,7 +307,7 @@ class ScalingFeed(Service, Readable):
         elastic = [c for c in self.host.live_children() if c.pool in self.scalers]
         others = [c for c in self.host.live_children() if c.pool not in self.scalers]
         used_memory = memory.uss(os.getpid()) + sum(memory.group_uss(c.pid) for c in others)
-        elastic_memory = sum(memory.group_uss(c.pid) for c in elastic)
+        elastic_memory = [memory.group_uss(c.pid) for c in elastic]
         now = time.monotonic()
         wall, self.cpu_at = max(now - self.cpu_at, 1e-3), now
         cores_used, measured = 0.0, {}
@@ -322,11 +323,13 @@ class ScalingFeed(Service, Readable):
             if before is not None:
                 cores_used += (spent - before) / wall
         self.cpu = measured
-        n = max(len(elastic), 1)
+        # The largest child yet, not the mean: a child grows while it runs a job, and a budget
+        # planned on an idle one would be overrun once the new children are busy.
+        self.largest_child = max(self.largest_child, *elastic_memory, 0)
         return budget_room(
             children=len(elastic),
-            used_memory=used_memory + elastic_memory,
-            per_child_memory=elastic_memory // n,
+            used_memory=used_memory + sum(elastic_memory),
+            per_child_memory=self.largest_child,
             memory_budget=budget.memory,
             used_cores=cores_used,
             per_child_cores=cores_used / max(len(self.host.live_children()), 1),

@@ -31,8 +31,10 @@ def test_a_burst_grows_at_once_to_max():
 
 def test_the_need_follows_littles_law():
     scaler = PoolScaler(CONFIG)
-    # 3 in service plus 10 s of backlog over a 5 s target: 5 children.
-    assert scaler.decide(Reading(5, 10.0, 3), actual=1, now=0.0).desired == 5
+    # No backlog: the running jobs are the arrival rate times the service time.
+    assert scaler.decide(Reading(0, 0.0, 3, service_seconds=2.0), 1, now=0.0).desired == 3
+    # 20 s of due work and 3 jobs half done (3 s) ahead of a new job, over a 5 s target wait.
+    assert scaler.decide(Reading(10, 20.0, 3, service_seconds=2.0), 1, now=0.0).desired == 5
 
 
 def test_it_shrinks_only_after_the_quiet_period_and_to_the_peak_need_seen_in_it():
@@ -66,7 +68,8 @@ def simulate(quiet: float, seed: int, seconds: int = 900) -> list[int]:
         while backlog and len(busy) < actual:
             busy.append(2)
             backlog -= 1
-        actual = scaler.decide(Reading(backlog, 2.0 * backlog, len(busy)), actual, t).desired
+        reading = Reading(backlog, 2.0 * backlog, len(busy), service_seconds=2.0)
+        actual = scaler.decide(reading, actual, t).desired
         sizes.append(actual)
     return sizes
 
@@ -83,6 +86,8 @@ def test_two_hosts_split_the_fleet_need():
     # Each host has max 6; the need is 6 children in total: each takes its half.
     one = PoolScaler(CONFIG).decide(Reading(15, 30.0, 0, share=fleet_share(6, 6)), 1, 0.0)
     assert one.desired == 3
+    busy = Reading(6, 12.0, 6, share=0.5, service_seconds=2.0)
+    assert PoolScaler(CONFIG).decide(busy, 3, 0.0).desired == 3
     assert fleet_share(6, 0) == 1.0
     assert fleet_share(2, 6) == 0.25
 
@@ -94,8 +99,10 @@ def test_threads_divide_the_need():
 
 def test_rounding_jitter_does_not_fork_a_child():
     scaler = PoolScaler(CONFIG)
-    # 3 running and half a second of backlog: need 3.1, not 4.
-    assert scaler.decide(Reading(1, 0.5, 3), actual=3, now=0.0).desired == 3
+    # 3 running and one job due: need 3.1 (the work ahead of a new job), not 4.
+    reading = Reading(1, 2.0, 3, service_seconds=2.0)
+    assert scaler.decide(reading, actual=3, now=0.0).need == pytest.approx(3.0)
+    assert scaler.decide(Reading(1, 12.5, 0), actual=3, now=0.0).desired == 3
 
 
 def test_backlog_seconds_uses_each_kinds_service_time():

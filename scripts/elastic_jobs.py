@@ -1,0 +1,12 @@
+"""The handlers of scripts/elastic_bench.py: jobs that take a set time and some memory."""
+
+from __future__ import annotations
+
+import time
+
+
+def nap(seconds: float = 2.0, megabytes: int = 0) -> None:
+    """A job of ``seconds`` (waiting, like I/O) holding ``megabytes`` written (USS) meanwhile."""
+    held = b"x" * (megabytes << 20)
+    time.sleep(seconds)
+    del held
