@@ -46,3 +46,9 @@ GROUP BY p.key;
 UPDATE pgq.supervisors
 SET scaling = %(scaling)s::jsonb
 WHERE id = %(id)s;
+
+-- name: list_scaling
+-- Each live supervisor's pools as its scaling last published them, for status and the dashboard.
+SELECT id, scaling
+FROM pgq.supervisors
+WHERE scaling IS NOT NULL;

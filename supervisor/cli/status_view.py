@@ -23,6 +23,7 @@ from supervisor.doctor import Check
 from supervisor.doctor.horizon import read_culprits
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
+from supervisor.queue.scaling import scaling_query
 from supervisor.queue.unknown import count_unknown
 
 # A queue whose oldest ready job has waited longer than this is flagged: at 3 a.m. that is the
@@ -86,6 +87,8 @@ class SupervisorView:
     heartbeat_at: datetime
     heartbeat_age: float
     workers: list[WorkerView] = field(default_factory=list)
+    # Each pool as this supervisor's scaling last published it (docs/elastic-pools.md).
+    scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def stale(self) -> bool:
@@ -211,11 +214,14 @@ def _supervisors(conn: psycopg.Connection[Any]) -> list[SupervisorView]:
     return supervisors_from(
         conn.execute(query("list_supervisors")).fetchall(),
         conn.execute(query("list_workers")).fetchall(),
+        conn.execute(scaling_query("list_scaling")).fetchall(),
     )
 
 
 def supervisors_from(
-    supervisor_rows: Iterable[Sequence[Any]], worker_rows: Iterable[Sequence[Any]]
+    supervisor_rows: Iterable[Sequence[Any]],
+    worker_rows: Iterable[Sequence[Any]],
+    scaling_rows: Iterable[Sequence[Any]] = (),
 ) -> list[SupervisorView]:
     """Live supervisors with their children, from the rows of list_supervisors and list_workers
     (the web dashboard reads the same rows on its async connections)."""
@@ -226,6 +232,9 @@ def supervisors_from(
     for sid, *worker in worker_rows:
         if sid in supervisors:
             supervisors[sid].workers.append(WorkerView(*worker))
+    for sid, scaling in scaling_rows:
+        if sid in supervisors and isinstance(scaling, dict):
+            supervisors[sid].scaling = scaling
     return list(supervisors.values())
 
 
@@ -288,6 +297,7 @@ def _supervisor_json(s: SupervisorView) -> dict[str, Any]:
         "heartbeat_at": iso(s.heartbeat_at),
         "heartbeat_age_seconds": s.heartbeat_age,
         "stale": s.stale,
+        "pools": [{"pool": name, **state} for name, state in sorted(s.scaling.items())],
         "workers": [
             {
                 "worker_id": w.worker_id,
@@ -402,6 +412,20 @@ def _pool_lines(pools: list[PoolConfig]) -> list[str]:
     ]
 
 
+def _scaling_lines(s: SupervisorView) -> list[str]:
+    """An elastic pool's size and why, one line each (fixed pools say nothing new)."""
+    lines = []
+    for name, state in sorted(s.scaling.items()):
+        if not state.get("elastic"):
+            continue
+        lines.append(
+            f"  pool {safe(name)}: {state.get('actual')} children, desired "
+            f"{state.get('desired')} of {state.get('min')}-{state.get('max')}, backlog "
+            f"{state.get('backlog_seconds', 0):g}s: {safe(str(state.get('reason', '')))}"
+        )
+    return lines
+
+
 def _supervisor_lines(supervisors: list[SupervisorView]) -> list[str]:
     if not supervisors:
         return ["none registered (a running supervisor heartbeats every 5s)"]
@@ -413,6 +437,7 @@ def _supervisor_lines(supervisors: list[SupervisorView]) -> list[str]:
                 f"{safe(host)}  pid {s.pid}  started {clock_time(s.started_at)}  "
                 f"heartbeat {age(s.heartbeat_age)} ago  config {safe(s.config)}{note}"
             )
+            lines += _scaling_lines(s)
             rows = [
                 [
                     w.pool,

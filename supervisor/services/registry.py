@@ -5,23 +5,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import cache
 from typing import Any
 
 import psutil
 import psycopg
 
-from supervisor.queue.queries import parse, query, sql_text
+from supervisor.queue.queries import query
+from supervisor.queue.scaling import scaling_query
 from supervisor.shared import memory
 
 # A supervisor whose heartbeat is older than this is presumed dead and its rows are pruned.
 STALE_AFTER = 30.0
-
-
-@cache
-def scaling_query(name: str) -> str:
-    """The elastic pools' statements (sql/scaling.sql), loaded once."""
-    return parse(sql_text("scaling.sql"))[name]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
 from supervisor.queue.limits import LimitUse
 from supervisor.queue.queries import parse, query, sql_text
+from supervisor.queue.scaling import scaling_query
 from supervisor.queue.scheduled import ScheduleRecord
 from supervisor.queue.unknown import UnknownJob
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
@@ -211,7 +212,9 @@ async def read_supervisors(conn: AsyncConnection[Any]) -> list[SupervisorView]:
         supervisor_rows = await cur.fetchall()
         await cur.execute(query("list_workers"))
         worker_rows = await cur.fetchall()
-    return supervisors_from(supervisor_rows, worker_rows)
+        await cur.execute(scaling_query("list_scaling"))
+        scaling_rows = await cur.fetchall()
+    return supervisors_from(supervisor_rows, worker_rows, scaling_rows)
 
 
 async def supervisors(pool: AsyncConnectionPool[Any]) -> tuple[datetime, list[SupervisorView]]:
