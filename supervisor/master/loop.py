@@ -293,8 +293,10 @@ class Master(Slots, Reaping, Stopping):
             ready=sum(1 for s in runtime.slots if s.child is not None and s.child.ready()),
             queues=tuple(runtime.config.queues),
             desired=state.desired if state is not None else size,
+            need=state.need if state is not None else 0.0,
             backlog_seconds=state.backlog_seconds if state is not None else 0.0,
             reason=state.reason if state is not None else "",
+            minimum=state.min if state is not None and state.elastic else 0,
         )
 
     def side_sessions(self) -> list[Readable]:

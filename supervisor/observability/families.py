@@ -95,8 +95,11 @@ def readiness(
     elif now - snapshot.taken > stale_after:
         reasons.append(f"queue stats last read {now - snapshot.taken:.0f}s ago")
     for name, pool in master.pools.items():
-        if pool.ready < pool.processes:
-            reasons.append(f"pool {name}: {pool.ready} of {pool.processes} children ready")
+        # An elastic pool that is growing is ready with its min up: a pod must not turn
+        # unready (and lose its traffic, or be counted out by an autoscaler) while it grows.
+        floor = pool.minimum or pool.processes
+        if pool.ready < floor:
+            reasons.append(f"pool {name}: {pool.ready} of {floor} children ready")
     return reasons
 
 
@@ -342,6 +345,12 @@ def children_families(master: MasterView) -> list[Family]:
         "gauge",
         "Children each pool's scaling wants (elastic pools; a fixed pool's processes).",
     )
+    need = Family(
+        "pgq_pool_need",
+        "gauge",
+        "Children this host's share of each elastic pool's backlog needs, before its max: "
+        "summed over hosts, what the fleet needs (for an autoscaler of hosts).",
+    )
     backlog = Family(
         "pgq_pool_backlog_seconds",
         "gauge",
@@ -357,5 +366,6 @@ def children_families(master: MasterView) -> list[Family]:
         ready.add(pool.ready, pool=name)
         wanted.add(pool.processes, pool=name)
         desired.add(pool.desired, pool=name)
+        need.add(pool.need, pool=name)
         backlog.add(pool.backlog_seconds, pool=name)
-    return [states, ready, wanted, desired, backlog]
+    return [states, ready, wanted, desired, need, backlog]
