@@ -214,3 +214,9 @@ def wait_for_file(path: str, at_least: float = 0.5, *, job: JobContext, **_: Any
     while not os.path.exists(path) or time.monotonic() - started < at_least:
         time.sleep(0.02)
     _record(job, "finished")
+
+
+def spin(loops: int = 2_000_000, *, job: JobContext) -> None:
+    """A fixed amount of CPU work (not of wall time: a busy machine stretches that)."""
+    _record(job, "started")
+    sum(i * i for i in range(loops))

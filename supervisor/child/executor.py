@@ -17,7 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from supervisor.observability.tracing import Attempts, Telemetry
-from supervisor.queue import outcomes
+from supervisor.queue import costs, outcomes
 from supervisor.queue.context import JobContext
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
@@ -95,6 +95,10 @@ class Executor:
         self.counter_lock = threading.Lock()
         # What completed handlers returned, as JSON text, until the Completer takes it (shared).
         self.returned: dict[int, str] = {}
+        # What each attempt cost, by job id, until the Completer writes it with the outcome
+        # (shared). Inline: the process's usage around the attempt; threaded: the thread's.
+        self.costs: dict[int, costs.Cost] = {}
+        self.shared_process = interruptible_thread is None
         # OpenTelemetry, built here in the child after the fork (OTEL_* variables; None: off).
         telemetry = Telemetry.from_env()
         self.attempts = Attempts(telemetry) if telemetry is not None else None
@@ -192,6 +196,8 @@ class Executor:
         span = None
         if self.attempts is not None:
             span = traced.enter_context(self.attempts.attempt(job, self.pool, self.worker_id))
+        meter = costs.Meter(shared=self.shared_process)
+        meter.start()
         try:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
@@ -222,6 +228,7 @@ class Executor:
         finally:
             self.interruptible = False
             self.deadline = None
+            self.costs[job.id] = meter.stop()
             traced.close()
             self.board.job_finished(thread)
             with self.counter_lock:

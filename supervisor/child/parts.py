@@ -62,6 +62,7 @@ class Parts:
         )
         self.process.executor = self.executor
         self.completer.returned = self.executor.returned
+        self.completer.costs = self.executor.costs
         self.completer.on_written = self.executor.written
 
     def held(self) -> list[int]:

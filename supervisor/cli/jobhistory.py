@@ -16,10 +16,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from supervisor.cli import costs_view
 from supervisor.cli.session import cli_query
 from supervisor.cli.tables import age, clock_time, iso, safe, safe_block
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
+from supervisor.queue.costs import AttemptCost
 from supervisor.shared.exits import MasterExit
 
 HISTORY_ROWS = 10  # one row per time the job finished (a replayed dead letter finishes again)
@@ -57,7 +59,12 @@ def read(conn: psycopg.Connection[Any], job_id: int) -> list[dict[str, Any]]:
 
 
 def show(
-    ctx: Context, job_id: int, history: list[dict[str, Any]], now: datetime, result: Any = None
+    ctx: Context,
+    job_id: int,
+    history: list[dict[str, Any]],
+    now: datetime,
+    result: Any = None,
+    spent: list[AttemptCost] | None = None,
 ) -> int:
     """A job gone from pgq.jobs, from its history rows (newest first), with what its handler
     returned when that is kept (``result``)."""
@@ -75,6 +82,7 @@ def show(
                 for h in history
             ],
             "result": result,
+            **costs_view.to_json(spent or []),
         }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -105,6 +113,7 @@ def show(
         for e in errors:
             first = (e.error or "").strip().splitlines()[-1:] or [""]
             lines.append(f"  attempt {e.attempt} at {clock_time(e.at)}: {safe(first[0])}")
+    lines += costs_view.lines(spent or [])
     if result is not None:
         text = json.dumps(result, indent=2, ensure_ascii=False, sort_keys=True)
         lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]

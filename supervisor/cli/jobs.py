@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from supervisor.cli import jobhistory
+from supervisor.cli import costs_view, jobhistory
 from supervisor.cli.dlq import telling_line
 from supervisor.cli.jobhistory import attempt_limit
 from supervisor.cli.session import (
@@ -26,7 +26,7 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
-from supervisor.queue import control, unknown
+from supervisor.queue import control, costs, unknown
 from supervisor.shared.exits import MasterExit
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
@@ -162,8 +162,9 @@ def jobs_show(ctx: Context) -> int:
         job = control.show_job(conn, ctx.args.id)
         kept = _kept_result(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
+        spent = costs.job_costs(conn, ctx.args.id)
     if job is None and history:
-        return jobhistory.show(ctx, ctx.args.id, history, now, kept)
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept, spent)
     if job is None and kept is not None:
         return _show_completed(ctx, kept)
     if job is None:
@@ -175,6 +176,7 @@ def jobs_show(ctx: Context) -> int:
     if ctx.args.json:
         document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
+        document.update(costs_view.to_json(spent))
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -212,6 +214,7 @@ def jobs_show(ctx: Context) -> int:
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
     lines += _earlier_errors(control.errors_of(job.errors))
+    lines += costs_view.lines(spent)
     if kept is not None:
         text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
         lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]

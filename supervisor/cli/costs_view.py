@@ -1,0 +1,38 @@
+"""What each attempt of a job cost, as `jobs show` prints it (docs/job-cost.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.cli.tables import iso
+from supervisor.queue.costs import AttemptCost
+
+
+def to_json(attempts: list[AttemptCost]) -> dict[str, Any]:
+    """``cpu_seconds`` and ``peak_memory`` of the last finished attempt (None before any), and
+    every attempt's under ``costs``."""
+    last = attempts[-1] if attempts else None
+    return {
+        "cpu_seconds": last.cpu_seconds if last else None,
+        "peak_memory": last.peak_memory if last else None,
+        "costs": [
+            {
+                "attempt": a.attempt,
+                "outcome": a.outcome,
+                "cpu_seconds": a.cpu_seconds,
+                "peak_memory": a.peak_memory,
+                "finished_at": iso(a.finished_at),
+            }
+            for a in attempts
+        ],
+    }
+
+
+def lines(attempts: list[AttemptCost]) -> list[str]:
+    if not attempts:
+        return []
+    found = ["cost (per attempt):"]
+    for a in attempts:
+        memory = f"{a.peak_memory / 2**20:.1f} MiB peak" if a.peak_memory is not None else "-"
+        found.append(f"  attempt {a.attempt} {a.outcome}: {a.cpu_seconds:.3f}s CPU, {memory}")
+    return found
