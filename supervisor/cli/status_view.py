@@ -21,11 +21,13 @@ from supervisor.cli.tables import age, clock_time, iso, safe, table
 from supervisor.config import Config, PoolConfig
 from supervisor.doctor import Check
 from supervisor.doctor.horizon import read_culprits
-from supervisor.queue import maintenance
+from supervisor.queue import costs, maintenance
 from supervisor.queue.queries import query
 from supervisor.queue.scaling import scaling_query
 from supervisor.queue.unknown import count_unknown
 
+# The window of the cost totals (status, the dashboard).
+COST_WINDOW = 3600.0
 # A queue whose oldest ready job has waited longer than this is flagged: at 3 a.m. that is the
 # first sign that workers are missing, stuck or outnumbered.
 LATE_AFTER = 300.0
@@ -111,6 +113,8 @@ class Status:
     unknown: list[tuple[str, str, int]] = field(default_factory=list)
     hooked: frozenset[str] = frozenset()  # kinds with a reconcile hook
     limits: LimitsView = field(default_factory=LimitsView)
+    # What attempts cost over the last hour (history kept): per kind and per queue and tenant.
+    costs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -192,7 +196,15 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         unknown=count_unknown(conn),
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile),
         limits=limits_view.gather(conn, config),
+        costs=_costs(conn) if config.history.enabled else {},
     )
+
+
+def _costs(conn: psycopg.Connection[Any]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "kinds": costs.by_kind(conn, COST_WINDOW),
+        "tenants": costs.by_tenant(conn, COST_WINDOW),
+    }
 
 
 def _add_throughput(conn: psycopg.Connection[Any], queues: dict[str, QueueRow], queue: Any) -> None:
@@ -284,6 +296,7 @@ def to_json(status: Status) -> dict[str, Any]:
         "unknown": [{"queue": q, "kind": k, "jobs": n} for q, k, n in status.unknown],
         "limits": limits_view.to_json(status.limits),
         "busiest_tenants": limits_view.tenants_json(status.limits),
+        "cost_last_hour": status.costs,
         "warnings": status.warnings(),
     }
 
@@ -335,6 +348,7 @@ def render(status: Status) -> list[str]:
     lines += _queue_lines(status)
     lines += ["", f"POOLS (from {status.config_path})"]
     lines += _pool_lines(status.pools)
+    lines += _cost_lines(status.costs)
     lines += ["", "SUPERVISORS"]
     lines += _supervisor_lines(status.supervisors)
     lines += schedules.lines(status.schedules)
@@ -410,6 +424,23 @@ def _pool_lines(pools: list[PoolConfig]) -> list[str]:
         "share: a queue's part of its pool's claims while all the pool's queues have work "
         "(an empty queue's turns go to the others)",
     ]
+
+
+def _cost_lines(spent: dict[str, list[dict[str, Any]]]) -> list[str]:
+    kinds = spent.get("kinds") or []
+    if not kinds:
+        return []
+    rows = [
+        [
+            k["kind"],
+            k["attempts"],
+            f"{k['cpu_seconds']:.1f}",
+            "-" if k["peak_memory"] is None else f"{k['peak_memory'] / 2**20:.0f} MiB",
+        ]
+        for k in kinds[:10]
+    ]
+    headers = ["KIND", "ATTEMPTS", "CPU SECONDS", "PEAK MEMORY"]
+    return ["", "TOP KINDS BY CPU (last hour)", *table(headers, rows, right=(1, 2, 3))]
 
 
 def _scaling_lines(s: SupervisorView) -> list[str]:

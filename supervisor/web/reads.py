@@ -22,10 +22,17 @@ from psycopg_pool import AsyncConnectionPool
 
 from supervisor.cli import schedules
 from supervisor.cli.schedules import ScheduleRow
-from supervisor.cli.status_view import QueueRow, Status, SupervisorView, supervisors_from
+from supervisor.cli.status_view import (
+    COST_WINDOW,
+    QueueRow,
+    Status,
+    SupervisorView,
+    supervisors_from,
+)
 from supervisor.config import Config, PoolConfig
 from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
+from supervisor.queue.costs import cost_query
 from supervisor.queue.limits import LimitUse
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scaling import scaling_query
@@ -118,6 +125,7 @@ class Overview:
     history: bool
     unknown: list[UnknownJob] = field(default_factory=list)
     batches: list[BatchStatus] = field(default_factory=list)
+    top_kinds: list[dict[str, Any]] = field(default_factory=list)  # by CPU, the last hour
 
 
 async def overview(
@@ -174,6 +182,9 @@ async def overview(
             BatchStatus(**r)
             for r in await fetch(conn, query("recent_batches"), {"limit": BATCH_ROWS})
         ]
+        top_kinds = await fetch(
+            conn, cost_query("cost_by_kind"), {"seconds": COST_WINDOW, "limit": 10}
+        )
     queues = [figures[name] for name in sorted(figures)]
     status = Status(
         generated_at=now,
@@ -203,6 +214,7 @@ async def overview(
         history=status.history,
         unknown=unknown,
         batches=batches,
+        top_kinds=top_kinds,
     )
 
 
