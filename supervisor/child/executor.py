@@ -17,7 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from supervisor.observability.tracing import Attempts, Telemetry
-from supervisor.queue import costs, outcomes
+from supervisor.queue import costs, outcomes, progress
 from supervisor.queue.context import JobContext
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
@@ -68,6 +68,7 @@ class Executor:
         lease_check: Callable[[Job], bool | None],
         cancel_check: Callable[[Job], bool | None],
         interruptible_thread: int | None,
+        ask: progress.Writer | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -77,6 +78,7 @@ class Executor:
         self.board = board
         self.lease_check = lease_check
         self.cancel_check = cancel_check
+        self.ask = ask  # how a handler's progress reaches the database (the child's questions)
         # Handlers on this thread run on the process's main thread, where a signal handler can
         # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
         self.interruptible_thread = interruptible_thread
@@ -158,7 +160,9 @@ class Executor:
             backoff_cap=policy.backoff_cap,
         )
 
-    def context(self, job: Job, started: float) -> JobContext:
+    def context(
+        self, job: Job, started: float, reporter: progress.Reporter | None = None
+    ) -> JobContext:
         policy = self.config.policy(job.kind)
         return JobContext(
             id=job.id,
@@ -174,6 +178,7 @@ class Executor:
             batch=job.batch,
             _check_lease=lambda: self.lease_check(job),
             _check_cancel=lambda: self.cancel_check(job),
+            _report_progress=reporter.report if reporter is not None else None,
         )
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
@@ -186,7 +191,10 @@ class Executor:
         started = self.board.job_started(
             thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
         )
-        context = self.context(job, started) if handler.wants_context else None
+        reporter = None
+        if handler.wants_context and self.ask is not None:
+            reporter = progress.Reporter(job.id, job.attempts, self.ask)
+        context = self.context(job, started, reporter) if handler.wants_context else None
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
         # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
@@ -229,6 +237,9 @@ class Executor:
             self.interruptible = False
             self.deadline = None
             self.costs[job.id] = meter.stop()
+            if reporter is not None:
+                with contextlib.suppress(Exception):  # progress never fails the attempt
+                    reporter.finish()
             traced.close()
             self.board.job_finished(thread)
             with self.counter_lock:

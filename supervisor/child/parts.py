@@ -59,6 +59,7 @@ class Parts:
             lease_check=self.lease_held,
             cancel_check=self.cancel_requested,
             interruptible_thread=0 if spec.pool.threads == 1 else None,
+            ask=self.questions.ask,
         )
         self.process.executor = self.executor
         self.completer.returned = self.executor.returned

@@ -1,11 +1,14 @@
-"""What each attempt of a job cost, as `jobs show` prints it (docs/job-cost.md)."""
+"""What each attempt of a job cost and how far it got, as `jobs show` prints them
+(docs/job-cost.md)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from supervisor.cli.tables import iso
+from supervisor.cli.tables import age, iso, safe
 from supervisor.queue.costs import AttemptCost
+from supervisor.queue.progress import Progress
 
 
 def to_json(attempts: list[AttemptCost]) -> dict[str, Any]:
@@ -36,3 +39,11 @@ def lines(attempts: list[AttemptCost]) -> list[str]:
         memory = f"{a.peak_memory / 2**20:.1f} MiB peak" if a.peak_memory is not None else "-"
         found.append(f"  attempt {a.attempt} {a.outcome}: {a.cpu_seconds:.3f}s CPU, {memory}")
     return found
+
+
+def progress_lines(said: Progress | None, now: datetime) -> list[str]:
+    if said is None:
+        return []
+    message = f" ({safe(said.message)})" if said.message else ""
+    ago = age(max((now - said.updated_at).total_seconds(), 0.0))
+    return [f"  progress    {said.fraction:.0%}{message}, attempt {said.attempt}, {ago} ago"]

@@ -22,6 +22,7 @@ from supervisor.cli.tables import age, clock_time, iso, safe, safe_block
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
 from supervisor.queue.costs import AttemptCost
+from supervisor.queue.progress import Progress
 from supervisor.shared.exits import MasterExit
 
 HISTORY_ROWS = 10  # one row per time the job finished (a replayed dead letter finishes again)
@@ -65,6 +66,7 @@ def show(
     now: datetime,
     result: Any = None,
     spent: list[AttemptCost] | None = None,
+    said: Progress | None = None,
 ) -> int:
     """A job gone from pgq.jobs, from its history rows (newest first), with what its handler
     returned when that is kept (``result``)."""
@@ -83,6 +85,7 @@ def show(
             ],
             "result": result,
             **costs_view.to_json(spent or []),
+            "progress": said.to_json() if said is not None else None,
         }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -113,6 +116,7 @@ def show(
         for e in errors:
             first = (e.error or "").strip().splitlines()[-1:] or [""]
             lines.append(f"  attempt {e.attempt} at {clock_time(e.at)}: {safe(first[0])}")
+    lines += costs_view.progress_lines(said, now)
     lines += costs_view.lines(spent or [])
     if result is not None:
         text = json.dumps(result, indent=2, ensure_ascii=False, sort_keys=True)

@@ -26,7 +26,7 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
-from supervisor.queue import control, costs, unknown
+from supervisor.queue import control, costs, progress, unknown
 from supervisor.shared.exits import MasterExit
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
@@ -163,8 +163,9 @@ def jobs_show(ctx: Context) -> int:
         kept = _kept_result(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
         spent = costs.job_costs(conn, ctx.args.id)
+        said = progress.read(conn, [ctx.args.id]).get(ctx.args.id)
     if job is None and history:
-        return jobhistory.show(ctx, ctx.args.id, history, now, kept, spent)
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept, spent, said)
     if job is None and kept is not None:
         return _show_completed(ctx, kept)
     if job is None:
@@ -177,6 +178,7 @@ def jobs_show(ctx: Context) -> int:
         document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
         document.update(costs_view.to_json(spent))
+        document["progress"] = said.to_json() if said is not None else None
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -204,6 +206,7 @@ def jobs_show(ctx: Context) -> int:
             "  outcome     unknown: its kind has effects outside the database; check there, "
             f"then `jobs resolve {job.id} --as completed|retry|discarded`"
         )
+    lines += costs_view.progress_lines(said, now)
     if job.state == "running":
         where = f"worker {safe(job.locked_by)}"
         if job.pool is not None:
