@@ -8,7 +8,7 @@ clock). ``to_json`` and ``render`` show the same data, for scripts and for peopl
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from supervisor.config import Config, PoolConfig
 from supervisor.doctor import Check
 from supervisor.doctor.horizon import read_culprits
 from supervisor.queue import costs, maintenance
+from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import query
 from supervisor.queue.scaling import scaling_query
 from supervisor.queue.unknown import count_unknown
@@ -77,6 +78,9 @@ class WorkerView:
     job_age: float | None
     spawned_at: datetime
     rss_bytes: int | None = None
+    # What the running job's handler last said of its progress (0-1), and at what.
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 @dataclass
@@ -223,11 +227,15 @@ def _add_throughput(conn: psycopg.Connection[Any], queues: dict[str, QueueRow], 
 
 
 def _supervisors(conn: psycopg.Connection[Any]) -> list[SupervisorView]:
-    return supervisors_from(
+    found = supervisors_from(
         conn.execute(query("list_supervisors")).fetchall(),
         conn.execute(query("list_workers")).fetchall(),
         conn.execute(scaling_query("list_scaling")).fetchall(),
     )
+    ids = running_job_ids(found)
+    if ids:
+        add_progress(found, conn.execute(progress_query("read_progress"), {"ids": ids}))
+    return found
 
 
 def supervisors_from(
@@ -248,6 +256,22 @@ def supervisors_from(
         if sid in supervisors and isinstance(scaling, dict):
             supervisors[sid].scaling = scaling
     return list(supervisors.values())
+
+
+def running_job_ids(supervisors: list[SupervisorView]) -> list[int]:
+    return [w.job_id for s in supervisors for w in s.workers if w.job_id is not None]
+
+
+def add_progress(supervisors: list[SupervisorView], rows: Iterable[Sequence[Any]]) -> None:
+    """Each running job's progress (rows of read_progress) onto its worker."""
+    said = {row[0]: (row[2], row[3]) for row in rows}
+    for s in supervisors:
+        s.workers = [
+            replace(w, progress=said[w.job_id][0], progress_message=said[w.job_id][1])
+            if w.job_id in said
+            else w
+            for w in s.workers
+        ]
 
 
 def to_json(status: Status) -> dict[str, Any]:
@@ -327,6 +351,8 @@ def _supervisor_json(s: SupervisorView) -> dict[str, Any]:
                     "kind": w.kind,
                     "started_at": iso(w.job_started),
                     "running_seconds": w.job_age,
+                    "progress": w.progress,
+                    "progress_message": w.progress_message,
                 },
             }
             for w in s.workers

@@ -27,6 +27,8 @@ from supervisor.cli.status_view import (
     QueueRow,
     Status,
     SupervisorView,
+    add_progress,
+    running_job_ids,
     supervisors_from,
 )
 from supervisor.config import Config, PoolConfig
@@ -34,6 +36,7 @@ from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
 from supervisor.queue.costs import cost_query
 from supervisor.queue.limits import LimitUse
+from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scaling import scaling_query
 from supervisor.queue.scheduled import ScheduleRecord
@@ -226,7 +229,12 @@ async def read_supervisors(conn: AsyncConnection[Any]) -> list[SupervisorView]:
         worker_rows = await cur.fetchall()
         await cur.execute(scaling_query("list_scaling"))
         scaling_rows = await cur.fetchall()
-    return supervisors_from(supervisor_rows, worker_rows, scaling_rows)
+        found = supervisors_from(supervisor_rows, worker_rows, scaling_rows)
+        ids = running_job_ids(found)
+        if ids:
+            await cur.execute(progress_query("read_progress"), {"ids": ids})
+            add_progress(found, await cur.fetchall())
+    return found
 
 
 async def supervisors(pool: AsyncConnectionPool[Any]) -> tuple[datetime, list[SupervisorView]]:
