@@ -51,3 +51,22 @@ WHERE ctid = ANY (ARRAY(
     WHERE finished_at < %(older_than)s
     LIMIT %(limit)s
 ));
+
+-- name: metrics_cost_by_kind
+-- For /metrics (sent as plain text on the stats session): CPU seconds and attempts per kind
+-- over the last hour, the 20 costliest.
+SELECT kind, count(*) AS attempts, sum(cpu_seconds) AS cpu_seconds
+FROM pgq.attempt_costs
+WHERE finished_at > now() - interval '1 hour'
+GROUP BY kind
+ORDER BY sum(cpu_seconds) DESC, kind
+LIMIT 20;
+
+-- name: metrics_cost_by_tenant
+-- For /metrics: CPU seconds per queue and tenant over the last hour, the 20 costliest.
+SELECT queue, coalesce(tenant, '') AS tenant, sum(cpu_seconds) AS cpu_seconds
+FROM pgq.attempt_costs
+WHERE finished_at > now() - interval '1 hour'
+GROUP BY queue, coalesce(tenant, '')
+ORDER BY sum(cpu_seconds) DESC, queue, tenant
+LIMIT 20;

@@ -69,6 +69,10 @@ class QueueSnapshot:
     taken: float  # time.monotonic() when the database answered
     limits: list[LimitUse] = field(default_factory=list)
     tenants: list[TenantBacklog] = field(default_factory=list)
+    # What attempts cost over the last hour (history kept): (kind, attempts, cpu seconds) and
+    # (queue, tenant, cpu seconds), the costliest first.
+    kind_costs: list[tuple[str, int, float]] = field(default_factory=list)
+    tenant_costs: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def pool_totals(master: MasterView, absorbed: Mapping[str, PoolTotals]) -> dict[str, PoolTotals]:
@@ -229,7 +233,41 @@ def limit_families(snapshot: QueueSnapshot | None) -> list[Family]:
         backlog.add(t.available, **labels)
         oldest.add(t.oldest_wait, **labels)
         tenant_running.add(t.running, **labels)
-    return [cap, running, rate, burst, tokens, backlog, oldest, tenant_running]
+    return [
+        cap,
+        running,
+        rate,
+        burst,
+        tokens,
+        backlog,
+        oldest,
+        tenant_running,
+        *cost_families(snapshot),
+    ]
+
+
+def cost_families(snapshot: QueueSnapshot | None) -> list[Family]:
+    """What finished attempts cost over the last hour, fleet-wide (pgq.attempt_costs)."""
+    cpu = Family(
+        "pgq_kind_cpu_seconds_last_hour",
+        "gauge",
+        "CPU seconds of the attempts that finished in the last hour, per kind (20 costliest).",
+    )
+    attempts = Family(
+        "pgq_kind_attempts_last_hour", "gauge", "Attempts that finished in the last hour, per kind."
+    )
+    tenant_cpu = Family(
+        "pgq_tenant_cpu_seconds_last_hour",
+        "gauge",
+        'CPU seconds of the attempts that finished in the last hour, per queue and tenant ("": '
+        "the jobs without a tenant; 20 costliest).",
+    )
+    for kind, n, seconds in snapshot.kind_costs if snapshot is not None else []:
+        cpu.add(seconds, kind=kind)
+        attempts.add(n, kind=kind)
+    for queue, tenant, seconds in snapshot.tenant_costs if snapshot is not None else []:
+        tenant_cpu.add(seconds, queue=queue, tenant=tenant)
+    return [cpu, attempts, tenant_cpu]
 
 
 def pool_families(totals: Mapping[str, PoolTotals]) -> list[Family]:
