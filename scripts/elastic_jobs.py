@@ -10,3 +10,10 @@ def nap(seconds: float = 2.0, megabytes: int = 0) -> None:
     held = b"x" * (megabytes << 20)
     time.sleep(seconds)
     del held
+
+
+def burn(cpu_seconds: float = 0.02) -> None:
+    """A job that costs ``cpu_seconds`` of CPU, however long a busy machine makes it take."""
+    end = time.process_time() + cpu_seconds
+    while time.process_time() < end:
+        sum(range(1000))

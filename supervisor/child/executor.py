@@ -101,6 +101,8 @@ class Executor:
         # (shared). Inline: the process's usage around the attempt; threaded: the thread's.
         self.costs: dict[int, costs.Cost] = {}
         self.shared_process = interruptible_thread is None
+        # Told each attempt's cost (fair share by cost, supervisor.child.fair_cost); None: off.
+        self.on_cost: Callable[[Job, costs.Cost], None] | None = None
         # OpenTelemetry, built here in the child after the fork (OTEL_* variables; None: off).
         telemetry = Telemetry.from_env()
         self.attempts = Attempts(telemetry) if telemetry is not None else None
@@ -236,7 +238,9 @@ class Executor:
         finally:
             self.interruptible = False
             self.deadline = None
-            self.costs[job.id] = meter.stop()
+            cost = self.costs[job.id] = meter.stop()
+            if self.on_cost is not None:
+                self.on_cost(job, cost)
             if reporter is not None:
                 with contextlib.suppress(Exception):  # progress never fails the attempt
                     reporter.finish()

@@ -13,6 +13,7 @@ import time
 from supervisor.child.claimer import Claimer
 from supervisor.child.completer import Completer
 from supervisor.child.executor import Executor
+from supervisor.child.fair_cost import CostFairness
 from supervisor.child.limits import Limits
 from supervisor.child.process import ChildProcess, drain
 from supervisor.child.questions import Questions
@@ -64,6 +65,10 @@ class Parts:
         self.process.executor = self.executor
         self.completer.returned = self.executor.returned
         self.completer.costs = self.executor.costs
+        fair = spec.config.fair_by_cost & set(spec.pool.queues)
+        if fair:
+            fairness = CostFairness(self.claimer.tenants, spec.config.tenants, frozenset(fair))
+            self.executor.on_cost = fairness.observe
         self.completer.on_written = self.executor.written
 
     def held(self) -> list[int]:

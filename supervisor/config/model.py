@@ -279,6 +279,9 @@ class Config:
     # queue -> tenant -> weight (YAML `tenants: {QUEUE: {weights: {TENANT: N}}}`); a tenant
     # not listed has weight 1.
     tenants: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Queues whose tenants share them by the CPU seconds their jobs use, not by job count
+    # (`tenants: {QUEUE: {fairness: cost}}`, docs/job-cost.md).
+    fair_by_cost: frozenset[str] = frozenset()
     limits: dict[str, QueueLimits] = field(default_factory=dict)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.

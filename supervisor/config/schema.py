@@ -101,6 +101,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
     top.only(*TOP_KEYS)
     handlers, kinds = _handlers(top)
     pools = _pools(top)
+    tenants, fair_by_cost = _tenants(top)
     return Config(
         path=source,
         database=_database(top.section("database", "dsn, embedded, embedded_dir, auto_migrate...")),
@@ -120,7 +121,8 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         schedules=schedules(top, kinds),
         results=_results(top.section("results", "max_size")),
         reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
-        tenants=_tenants(top),
+        tenants=tenants,
+        fair_by_cost=fair_by_cost,
         limits=limits(top, pools),
         host=_host(reader, top),
         budget=budget(top),
@@ -303,13 +305,17 @@ def _queues(s: Section) -> dict[str, int]:
     return queues
 
 
-def _tenants(top: Section) -> dict[str, dict[str, int]]:
-    """Per queue, the tenants whose share of its claims is not 1 (the default weight)."""
-    section = top.section("tenants", "per queue: {weights: {tenant: weight}}")
+def _tenants(top: Section) -> tuple[dict[str, dict[str, int]], frozenset[str]]:
+    """Per queue, the tenants whose share of its claims is not 1 (the default weight), and the
+    queues whose tenants share them by cost (`fairness: cost`, docs/job-cost.md)."""
+    section = top.section("tenants", "per queue: {weights: {tenant: weight}, fairness}")
     tenants = {}
+    by_cost = set()
     for queue, _, node in _named_entries(section, "queue name"):
-        body = Section.of(section.reader, node, section.key_path(queue), "weights")
-        body.only("weights")
+        body = Section.of(section.reader, node, section.key_path(queue), "weights, fairness")
+        body.only("weights", "fairness")
+        if body.get("fairness", choice("count", "cost"), "count") == "cost":
+            by_cost.add(queue)
         listed = body.section("weights", "tenant: weight, like {acme: 3}")
         weights = {}
         for tenant, _, weight_node in _named_entries(listed, "tenant"):
@@ -319,7 +325,7 @@ def _tenants(top: Section) -> dict[str, dict[str, int]]:
             if weight is not None:
                 weights[tenant] = weight
         tenants[queue] = weights
-    return tenants
+    return tenants, frozenset(by_cost)
 
 
 def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:

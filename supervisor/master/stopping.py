@@ -67,6 +67,7 @@ class Stopping:
             or new.lease != self.config.lease
             or new.history != self.config.history
             or new.tenants != self.config.tenants  # children read the tenant weights at fork
+            or new.fair_by_cost != self.config.fair_by_cost
         )
         old_pools = self.pools
         self.config, self.handlers, self.kinds = new, handlers, sorted(handlers)
