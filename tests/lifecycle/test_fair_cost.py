@@ -14,7 +14,7 @@ from tests.lifecycle.harness import ROOT
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(240)
 def test_tenants_share_a_queue_by_cpu_with_fairness_cost(dsn: str) -> None:
     result = subprocess.run(
         [
@@ -23,14 +23,14 @@ def test_tenants_share_a_queue_by_cpu_with_fairness_cost(dsn: str) -> None:
             "--dsn",
             dsn,
             "--seconds",
-            "25",
+            "35",
             "--cheap",
             "0.005",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=190,
+        timeout=230,
     )
     assert result.stdout, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
