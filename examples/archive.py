@@ -6,7 +6,7 @@ mail the archive, once every invoice of the batch has ended.
     jobs:
       mail_archive: {effects: external, reconcile: "examples.archive:was_mailed"}
 
-``scripts/demo.py`` enqueues the invoices with ``enqueue_batch(..., then=NewJob("mail_archive",
+``scripts/demo/demo.py`` enqueues the invoices with ``enqueue_batch(..., then=NewJob("mail_archive",
 ...))``; this handler sees how the batch ended in ``job.batch``. Mailing is an effect no fence
 can undo: if the child dies after the mail server took the archive but before the job's outcome
 was written, running it again would mail it twice. So the kind is ``effects: external``: such an

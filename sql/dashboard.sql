@@ -1,4 +1,4 @@
--- Named queries of the web dashboard (supervisor/web/), loaded like sql/queries.sql.
+-- Named queries of the web dashboard (supervisor/web/), loaded with every sql/*.sql file.
 -- Every one is bounded and served by an index: a page must render in milliseconds with millions
 -- of rows in pgq.jobs, so nothing here counts a whole table. Where a figure would need that, the
 -- query counts up to a cap (%(cap)s) and the page shows "10,000+".

@@ -1,4 +1,4 @@
--- Named queries of `pgq-supervisor doctor` (supervisor/doctor/), loaded like sql/queries.sql.
+-- Named queries of `pgq-supervisor doctor` (supervisor/doctor/), loaded with every sql/*.sql file.
 -- Each block starts with "-- name: <name>", then comment lines that describe it, then the SQL.
 -- Every one of them only reads: the doctor never changes anything (the claim's EXPLAIN ANALYZE
 -- runs the real claim inside a transaction that is rolled back; see explain_options).
@@ -211,7 +211,7 @@ FROM pg_class AS c
 WHERE c.oid = 'pgq.jobs'::regclass;
 
 -- name: explain_options
--- Put in front of the real claim statement (sql/queries.sql, claim) by the claim check, which
+-- Put in front of the real claim statement (sql/claim.sql) by the claim check, which
 -- runs it in a transaction it rolls back: the rows it locks are released at once, and the one
 -- value of pgq.lease_seq it takes is never reused (fencing tokens only need to be unique).
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)

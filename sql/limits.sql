@@ -1,5 +1,5 @@
--- Named queries of the queue limits (YAML `limits:`, migration 0013), loaded like
--- sql/queries.sql. The enforcement itself is in the claim statement and the pgq.limit_*
+-- Named queries of the queue limits (YAML `limits:`, migration 0013), loaded with
+-- every sql/*.sql file. The enforcement itself is in the claim statement and the pgq.limit_*
 -- functions; these write the limits and read how much of them is in use.
 
 -- name: write_limits

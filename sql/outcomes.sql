@@ -1,6 +1,7 @@
--- Named queries of issue 23: outcome unknown, results, batches. Loaded with sql/queries.sql
--- into the same dict (supervisor/queue/queries.py); the same rules: a "-- name:" line, the
--- description, the statement; every value a parameter.
+-- Outcomes (issue 23): outcome unknown and its reconciler, results, batches (their purges are in
+-- maintenance.sql). Loaded with every other sql/*.sql file into one dict
+-- (supervisor/queue/queries.py); the same rules: a "-- name:" line, the description, the
+-- statement; every value a parameter.
 
 -- name: create_batch
 -- Makes the batch of the jobs %(ids)s, just enqueued in the caller's transaction: the batch row
@@ -82,17 +83,6 @@ ORDER BY b.id DESC;
 SELECT result, attempt, finished_at
 FROM pgq.job_results
 WHERE id = %(id)s;
-
--- name: purge_results
--- Deletes up to %(limit)s kept results older than %(older_than)s; run in a loop.
-DELETE FROM pgq.job_results
-WHERE id = ANY(ARRAY(
-    SELECT id
-    FROM pgq.job_results
-    WHERE finished_at < %(older_than)s
-    ORDER BY finished_at
-    LIMIT %(limit)s
-));
 
 -- name: list_unknown
 -- Jobs whose outcome is unknown, oldest first (status, the dashboard, `jobs list`).
@@ -231,15 +221,3 @@ FROM (SELECT id, queue, kind, state FROM removed
 CROSS JOIN (SELECT count(*) FROM ended) AS e
 CROSS JOIN (SELECT count(*) FROM woken) AS w
 ORDER BY r.id;
-
--- name: purge_batches
--- Deletes up to %(limit)s batches that finished before %(older_than)s, with their counters
--- (ON DELETE CASCADE); run in a loop. A batch still waiting for members is kept.
-DELETE FROM pgq.batches
-WHERE id = ANY(ARRAY(
-    SELECT id
-    FROM pgq.batches
-    WHERE finished_at < %(older_than)s
-    ORDER BY id
-    LIMIT %(limit)s
-));

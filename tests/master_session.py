@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from supervisor.services.database import MasterDatabase
 from supervisor.services.vacuum import QueueVacuum
+from supervisor.sessions.database import MasterDatabase
 
 
 def connected(db: MasterDatabase, timeout: float = 15.0) -> MasterDatabase:

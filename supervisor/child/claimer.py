@@ -1,6 +1,6 @@
 """Claiming: one statement for every queue of the pool, in the order the weights chose, each
 from where its tenant rotation stopped, with the outcomes still waiting to be written in the
-same round trip (sql/queries.sql, claim; docs/claim-order.md)."""
+same round trip (sql/claim.sql; docs/claim-order.md)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ at the head of the range visits every one of them, each a heap fetch: the claim'
 with the jobs consumed since the horizon was taken (issue 20, part 3; docs/claim-order.md).
 
 So the child remembers, per (queue, tenant), the key (priority, run_at, id) of the last job it
-claimed, and its next claim there starts past it (sql/queries.sql, claim: the walk's cursor
+claimed, and its next claim there starts past it (sql/claim.sql: the walk's cursor
 probe). What it skips is what it and its siblings consumed, plus any job that became available
 later with a key below the cursor: a producer's transaction that committed late, a scheduled
 job staged at its run_at, a rescued or released job, a higher priority. For those, a claim

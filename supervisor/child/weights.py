@@ -1,5 +1,5 @@
 """Choosing the order a child's claim tries its pool's queues in, and where each queue's tenant
-rotation resumes. One claim statement then takes a batch across them (sql/queries.sql, claim).
+rotation resumes. One claim statement then takes a batch across them (sql/claim.sql).
 
 Queues: smooth weighted round-robin (the algorithm nginx uses for upstreams) among the queues
 that had work: every pick, each one's score grows by its weight; the highest score goes first

@@ -1,8 +1,9 @@
 """The command line: `pgq-supervisor -c FILE [verb]`.
 
 main (the entry point and `run`), verbs (what every verb shares), operator (`status`,
-`enqueue`), dlq (the dead-letter verbs), session (the operator verbs' database session),
-status_view (the `status` report), tables (plain-text output).
+`enqueue`), dlq (the dead-letter verbs), session (the operator verbs' database session). The
+`status` report and the plain-text formatting are supervisor.views (the dashboard shows them
+too).
 """
 
 from supervisor.clash import check_package_is_ours

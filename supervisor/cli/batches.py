@@ -7,10 +7,10 @@ import json
 import sys
 
 from supervisor.cli.session import json_argument, positive_int, session
-from supervisor.cli.tables import iso, safe
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue.batches import batch_status
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import iso, safe
 
 
 def batches_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from supervisor.cli.tables import age, iso, safe
 from supervisor.queue.costs import AttemptCost
 from supervisor.queue.progress import Progress
+from supervisor.views.text import age, iso, safe
 
 
 def to_json(attempts: list[AttemptCost]) -> dict[str, Any]:

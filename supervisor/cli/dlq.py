@@ -22,15 +22,15 @@ from supervisor.cli.session import (
     json_argument,
     listing_arguments,
     positive_int,
-    server_clock,
     session,
 )
-from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, UsageError
 from supervisor.config.units import format_duration
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
+from supervisor.views.clock import server_clock
+from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
 ERROR_COLUMN = 100  # characters of the error line shown in `dlq list`
 

@@ -18,12 +18,12 @@ from psycopg.rows import dict_row
 
 from supervisor.cli import costs_view
 from supervisor.cli.session import cli_query
-from supervisor.cli.tables import age, clock_time, iso, safe, safe_block
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
 from supervisor.queue.costs import AttemptCost
 from supervisor.queue.progress import Progress
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import age, clock_time, iso, safe, safe_block
 
 HISTORY_ROWS = 10  # one row per time the job finished (a replayed dead letter finishes again)
 

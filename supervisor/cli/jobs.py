@@ -21,13 +21,13 @@ from supervisor.cli.session import (
     json_argument,
     listing_arguments,
     positive_int,
-    server_clock,
     session,
 )
-from supervisor.cli.tables import age, clock_time, iso, listing, safe, safe_block, table
 from supervisor.cli.verbs import Context, verb
 from supervisor.queue import control, costs, progress, unknown
 from supervisor.shared.exits import MasterExit
+from supervisor.views.clock import server_clock
+from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
 

@@ -24,7 +24,6 @@ from supervisor.cli.session import (
     session,
     timestamp_arg,
 )
-from supervisor.cli.tables import age, clock_time, safe, width
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.queue.dsn import describe
 from supervisor.queue.enqueue import (
@@ -36,6 +35,7 @@ from supervisor.queue.enqueue import (
 )
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import age, clock_time, safe, width
 
 
 def status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def status_arguments(parser: argparse.ArgumentParser) -> None:
     status_arguments,
 )
 def status(ctx: Context) -> int:
-    from supervisor.cli import status_view
+    from supervisor.views import status as status_view
 
     with session(ctx, snapshot=True) as conn, conn.transaction():
         snapshot = status_view.gather(conn, ctx.config, describe(conn.info.dsn))

@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 
 from supervisor.cli.session import cli_query, json_argument, session
-from supervisor.cli.tables import clock_time, iso, safe
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.queue import control
 from supervisor.shared.exits import MasterExit
+from supervisor.views.text import clock_time, iso, safe
 
 
 def queues_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from psycopg import IsolationLevel
 
 from supervisor.config.units import UnitError, parse_duration
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
-from supervisor.queue.queries import parse, query, sql_text
+from supervisor.queue.queries import query
 
 if TYPE_CHECKING:
     from supervisor.cli.verbs import Context
@@ -55,19 +55,8 @@ def session(
 
 @cache
 def cli_query(name: str) -> str:
-    """A named query of sql/cli.sql."""
-    try:
-        return parse(sql_text("cli.sql"))[name]
-    except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/cli.sql") from None
-
-
-def server_clock(conn: psycopg.Connection[Any]) -> datetime:
-    """The database's now(): ages and cutoffs use the server's clock, not this machine's."""
-    row = conn.execute(query("clock")).fetchone()
-    assert row is not None
-    moment: datetime = row[0]
-    return moment
+    """A named query of the command line's own (cli_*, in sql/history.sql and sql/control.sql)."""
+    return query(name)
 
 
 def duration_arg(text: str) -> float:

@@ -96,7 +96,8 @@ def default_burst(per_second: float) -> int:
     """A tenth of a second's worth, at least two: a small burst, as the rate is meant to hold
     second by second (at most rate + burst jobs start in any one second). Two, not one: a
     bucket of one token loses every moment a claim arrives after its token (a child's wake-up,
-    the claim's round trip), and 5/s measured 4.5/s with one child (scripts/limit_rates.py)."""
+    the claim's round trip), and 5/s measured 4.5/s with one child
+    (scripts/benchmarks/limit_rates.py)."""
     return max(2, math.ceil(per_second / 10))
 
 

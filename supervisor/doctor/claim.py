@@ -1,6 +1,6 @@
 """The claim: its plan and buffers for each queue with work, and its latency as children see it.
 
-The statement explained is the children's own: the named ``claim`` query of sql/queries.sql
+The statement explained is the children's own: the named ``claim`` query of sql/claim.sql
 with the parameters ``supervisor.queue.jobs.claim_params`` builds, so whatever the claim becomes,
 the doctor explains that. EXPLAIN ANALYZE runs it for real inside a transaction that is rolled
 back (see sql/doctor.sql, explain_options): the rows it locks are free again at once.

@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.tables import age, safe
 from supervisor.config import DoctorConfig
 from supervisor.doctor.check import Check, bytes_text, graded, ok
 from supervisor.doctor.runner import Family
 from supervisor.doctor.sql import doctor_query
+from supervisor.views.text import age, safe
 
 # Past horizon_age a holder warns; past this many times it, it fails.
 FAIL_FACTOR = 5

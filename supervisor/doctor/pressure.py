@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.cli.tables import age, safe
 from supervisor.config import DoctorConfig
 from supervisor.doctor.check import Check, graded, ok
 from supervisor.doctor.runner import Family, Probe
+from supervisor.views.text import age, safe
 
 NOTIFY_FAIL = 0.5  # PostgreSQL itself warns from half full; at full, every NOTIFY fails
 CONNECTIONS_WARN = 0.8

@@ -6,8 +6,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from supervisor.cli.tables import safe
 from supervisor.doctor.check import Check
+from supervisor.views.text import safe
 
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 WIDTH = 100

@@ -1,4 +1,4 @@
-"""The doctor's named queries (sql/doctor.sql), loaded once like sql/queries.sql."""
+"""The doctor's named queries (sql/doctor.sql), loaded once: the doctor's own namespace."""
 
 from __future__ import annotations
 

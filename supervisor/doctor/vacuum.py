@@ -12,10 +12,10 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.tables import age
 from supervisor.config import DoctorConfig
 from supervisor.doctor.check import Check, bytes_text, graded, ok
 from supervisor.doctor.runner import Family, Probe
+from supervisor.views.text import age
 
 DEAD_FAIL_FACTOR = 10
 # Bloat is judged only past these sizes: a small table is cheap to read whatever its shape.

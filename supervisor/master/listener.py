@@ -12,7 +12,7 @@ import contextlib
 import selectors
 from dataclasses import dataclass, field
 
-from supervisor.services.database import MasterDatabase
+from supervisor.sessions.database import MasterDatabase
 
 NOTIFY_CHANNEL = "pgq_jobs"
 # Jobs were scheduled for later: the stager reads the earliest run_at again.

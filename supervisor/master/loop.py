@@ -34,12 +34,10 @@ from supervisor.master.wakeups import WakeupFlags
 from supervisor.observability.view import ChildView, MasterCounters, MasterView, PoolView
 from supervisor.services.base import Service
 from supervisor.services.cancel_watch import CancelWatch
-from supervisor.services.database import MasterDatabase
 from supervisor.services.heartbeat import Heartbeat
 from supervisor.services.leases import LeaseRenewal
 from supervisor.services.limits_sync import LimitSync
 from supervisor.services.memory_watch import MemoryWatch
-from supervisor.services.pending import Readable
 from supervisor.services.purge import Purger
 from supervisor.services.reconciler import Reconciler
 from supervisor.services.requeue import Requeuer
@@ -48,6 +46,8 @@ from supervisor.services.scheduler import Scheduler
 from supervisor.services.stager import Stager
 from supervisor.services.timeout_watch import TimeoutWatch
 from supervisor.services.vacuum import QueueVacuum
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.pending import Readable
 from supervisor.shared import proctitle
 from supervisor.shared.exits import MasterExit
 
@@ -69,7 +69,7 @@ SERVICES_BUDGET = 0.015
 # job stops within about this long (one probe of an index that is almost always empty).
 CANCEL_CHECK_EVERY = 1.0
 # While a session of the master's is connecting, the loop turns at least this often: each turn
-# advances the connect a moment (supervisor.services.loop_session), none waits for it.
+# advances the connect a moment (supervisor.sessions.loop_session), none waits for it.
 CONNECTING_WAIT = 0.05
 
 

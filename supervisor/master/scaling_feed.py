@@ -37,9 +37,9 @@ from supervisor.master.scaling import (
 from supervisor.queue.dsn import scrub
 from supervisor.queue.scaling import scaling_query
 from supervisor.services.base import Host, Service
-from supervisor.services.database import MasterDatabase
-from supervisor.services.pending import PendingStatement, Readable
 from supervisor.services.registry import STALE_AFTER
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.pending import PendingStatement, Readable
 from supervisor.shared import memory
 
 log = logging.getLogger("pgq.master")

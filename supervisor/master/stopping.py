@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from supervisor.master.pools import PoolRuntime
     from supervisor.master.wakeups import WakeupFlags
     from supervisor.observability.metrics import MetricsServer
-    from supervisor.services.database import MasterDatabase
     from supervisor.services.requeue import Requeuer
+    from supervisor.sessions.database import MasterDatabase
 
 log = logging.getLogger("pgq.master")
 

@@ -33,7 +33,7 @@ from supervisor.shared.board import State
 if TYPE_CHECKING:
     from supervisor.config import PoolConfig
     from supervisor.master.children import Slot
-    from supervisor.services.database import MasterDatabase
+    from supervisor.sessions.database import MasterDatabase
 
 
 class _Pool(Protocol):

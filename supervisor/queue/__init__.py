@@ -2,7 +2,7 @@
 
 enqueue (putting jobs in), jobs (claiming and every fenced write after the claim), outcomes
 (what a handler may say about its job), context (what a running handler may know), queries (the
-named SQL of sql/queries.sql), migrations, maintenance (rescue, requeue, purge, replay, stats),
+named SQL of sql/*.sql), migrations, maintenance (rescue, requeue, purge, replay, stats),
 dsn (connections with readable errors and no secrets), locks (advisory lock keys). Nothing here
 imports the supervisor's processes, its command line or its metrics.
 """

@@ -87,7 +87,7 @@ class _Row(NamedTuple):
 
 
 # The enqueue statement's parameters in the order they appear in its SQL: _Row's fields, then
-# the wake-up switch. queries.positional checks it against sql/queries.sql.
+# the wake-up switch. queries.positional checks it against sql/enqueue.sql.
 _ENQUEUE_ORDER = (*_Row._fields, "notify")
 
 
@@ -357,8 +357,8 @@ _Steps = Generator[_Step, Any, Any]
 
 # Where a connection keeps the cursor its enqueues reuse (see _run). A reused cursor keeps
 # psycopg's adapters for the statement it ran last, about a quarter of an enqueue's client CPU
-# (scripts/enqueue_cpu_bench.py); a new cursor per statement looked them all up again. The sync
-# and async drivers keep theirs apart, so that each makes its first cursor itself, after
+# (scripts/benchmarks/enqueue_cpu_bench.py); a new cursor per statement looked them all up again.
+# The sync and async drivers keep theirs apart, so that each makes its first cursor itself, after
 # checking the connection's class: a sync Connection given to enqueue_async ran the INSERT and
 # only then failed on its await, a job written (committed, in autocommit) behind a TypeError.
 _CURSOR = "_pgq_enqueue_cursor"
@@ -544,7 +544,7 @@ def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
         return []
     if len(rows) == 1:
         # One job: the one-row statement, same row and same answer, at two thirds of the cost
-        # of the array statement's unnesting and sorting (scripts/producers_bench.py).
+        # of the array statement's unnesting and sorting (scripts/benchmarks/producers_bench.py).
         return [(yield from _enqueue_steps(rows[0], notify))]
     returned = yield _Step(
         "enqueue_many",

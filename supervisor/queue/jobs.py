@@ -140,7 +140,7 @@ def claim_params(
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
 ) -> dict[str, Any]:
-    """The parameters of the claim statement (sql/queries.sql, ``claim``).
+    """The parameters of the claim statement (sql/claim.sql, ``claim``).
 
     ``queues`` in the order to try them (one name: that queue alone); ``resume`` the tenant key
     each queue's rotation resumes at (``TenantRotation.resume``; the start when omitted);
@@ -235,8 +235,8 @@ class Claimed:
 def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
     rows = cursor.fetchall()
     # The last row carries the completed ids and the limits' wait; every row before it is a
-    # claimed job. Columns found by name: the benchmarks read older claims (sql/benchmarks.sql,
-    # earlier releases') with fewer job columns and no limit_wait.
+    # claimed job. Columns found by name: the benchmarks read older claims (earlier releases',
+    # scripts/benchmarks/benchlib/earlier_claims.sql) with fewer job columns and no limit_wait.
     names = [column.name for column in cursor.description or ()]
     at = names.index("completed")
     jobs = [Job(*row[:at]) for row in rows[:-1]]

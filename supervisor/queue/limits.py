@@ -1,6 +1,6 @@
 """Queue limits in the database: what the masters write from `limits:`, and how much is in use.
 
-The claim statement enforces them (sql/queries.sql ``claim`` and the pgq.limit_* functions of
+The claim statement enforces them (sql/claim.sql ``claim`` and the pgq.limit_* functions of
 migration 0013); this module writes pgq.queue_limits and reads the use for `status`, the
 dashboard and /metrics. Every function runs in the caller's transaction.
 """

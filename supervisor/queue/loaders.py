@@ -5,8 +5,9 @@ Python (json.detect_encoding) on every call: for a small job's arguments that is
 3.3 us a claimed row spent on its args column, against 1.9 us decoding the UTF-8 (which is what
 PostgreSQL sends for a UTF8 database, the only encoding jsonb text comes in on our sessions:
 psycopg sets client_encoding from the connection, and jsonb output is always valid text in it)
-and running the decoder directly (scripts/claim_rows_bench.py measures both). Registered only on
-our children's sessions: an application's own connections keep psycopg's defaults.
+and running the decoder directly (scripts/benchmarks/claim_rows_bench.py measures both).
+Registered only on our children's sessions: an application's own connections keep psycopg's
+defaults.
 """
 
 from __future__ import annotations

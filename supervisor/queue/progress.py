@@ -2,9 +2,9 @@
 in the child, kept in pgq.job_progress (docs/job-cost.md).
 
 A handler may call it per page of a 20-minute export: a call only records the value (a few
-hundred nanoseconds, scripts/progress_cost.py); the value reaches the database at most once a
-WRITE_EVERY per job, through the child's main thread (a handler thread asks it, as for
-lease_held()), and the last one once more when the attempt ends.
+hundred nanoseconds, scripts/benchmarks/progress_cost.py); the value reaches the database at
+most once a WRITE_EVERY per job, through the child's main thread (a handler thread asks it,
+as for lease_held()), and the last one once more when the attempt ends.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Named SQL queries from sql/queries.sql, loaded once into a dict.
+"""Named SQL queries from the files of sql/, loaded once into one dict.
 
-Each block in the file starts with ``-- name: <name>``, followed by comment lines that describe
+Each block in a file starts with ``-- name: <name>``, followed by comment lines that describe
 it and then the statement. Keeping SQL in .sql files lets it be read, reviewed and EXPLAINed as
-SQL; Python only refers to a query by its name.
+SQL; Python only refers to a query by its name. The files are split by role (sql/README.md is
+their table of contents); every ``sql/*.sql`` file is read, and a name defined in two files is
+an error, so a caller never needs to know which file holds a statement.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ def sql_dir() -> Path:
     """sql/ at the top of a source checkout, or supervisor/sql inside an installed wheel."""
     here = Path(__file__).resolve().parent
     for candidate in (here.parent / "sql", here.parent.parent / "sql"):
-        if (candidate / "queries.sql").is_file():
+        if (candidate / "claim.sql").is_file():
             return candidate
     raise FileNotFoundError(f"the sql/ folder is missing next to {here}")
 
@@ -28,8 +30,9 @@ def sql_text(relative: str) -> str:
     return (sql_dir() / relative).read_text(encoding="utf-8")
 
 
-def parse(text: str) -> dict[str, str]:
-    """Split a queries file into {name: sql}; the description comments stay with the SQL."""
+def parse(text: str, where: str = "sql/") -> dict[str, str]:
+    """Split a queries file into {name: sql}; the description comments stay with the SQL.
+    ``where`` names the file in errors."""
     matches = list(_NAME.finditer(text))
     queries: dict[str, str] = {}
     for match, following in zip(matches, [*matches[1:], None], strict=True):
@@ -40,34 +43,44 @@ def parse(text: str) -> dict[str, str]:
         ).strip()
         name = match.group("name")
         if name in queries:
-            raise ValueError(f"sql/queries.sql: query {name!r} is defined twice")
+            raise ValueError(f"{where}: query {name!r} is defined twice")
         if not statement:
-            raise ValueError(f"sql/queries.sql: query {name!r} has no SQL")
+            raise ValueError(f"{where}: query {name!r} has no SQL")
         queries[name] = statement.rstrip(";")
     return queries
 
 
-# sql/outcomes.sql holds the queries of outcome unknown, results and batches (issue 23).
-_FILES = ("queries.sql", "outcomes.sql")
+def query_files() -> list[Path]:
+    """Every file of named queries: the ``*.sql`` files directly in sql/ (not the migrations,
+    the functions or the optional and role scripts in its folders)."""
+    return sorted(sql_dir().glob("*.sql"))
+
+
+def merge(files: list[Path]) -> dict[str, str]:
+    """The named queries of ``files`` in one dict; a name defined in two files is an error
+    naming both."""
+    merged: dict[str, str] = {}
+    found_in: dict[str, str] = {}
+    for path in files:
+        where = f"sql/{path.name}"
+        for name, text in parse(path.read_text(encoding="utf-8"), where).items():
+            if name in merged:
+                raise ValueError(f"{where}: query {name!r} is defined in {found_in[name]} too")
+            merged[name] = text
+            found_in[name] = where
+    return merged
 
 
 @cache
 def all_queries() -> dict[str, str]:
-    merged: dict[str, str] = {}
-    for name in _FILES:
-        found = parse(sql_text(name))
-        twice = sorted(set(found) & set(merged))
-        if twice:
-            raise ValueError(f"sql/{name}: queries {twice} are defined in another file too")
-        merged.update(found)
-    return merged
+    return merge(query_files())
 
 
 def query(name: str) -> str:
     try:
         return all_queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/queries.sql") from None
+        raise KeyError(f"no query named {name!r} in sql/*.sql") from None
 
 
 _PLACEHOLDER = re.compile(r"%\((?P<name>[a-z_][a-z0-9_]*)\)s")
@@ -81,7 +94,7 @@ def positional(name: str, order: tuple[str, ...]) -> str:
     text = query(name)
     found = tuple(m.group("name") for m in _PLACEHOLDER.finditer(text))
     if found != order:
-        raise ValueError(f"sql/queries.sql: query {name!r} takes {found}, its caller sends {order}")
+        raise ValueError(f"sql/: query {name!r} takes {found}, its caller sends {order}")
     return _PLACEHOLDER.sub("%s", text)
 
 

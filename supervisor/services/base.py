@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from supervisor.observability.view import MasterCounters
-from supervisor.services.database import MasterDatabase
+from supervisor.sessions.database import MasterDatabase
 from supervisor.shared.board import Board
 
 if TYPE_CHECKING:

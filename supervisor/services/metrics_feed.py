@@ -25,8 +25,8 @@ from supervisor.queue.costs import cost_query
 from supervisor.queue.dsn import scrub
 from supervisor.queue.queries import query
 from supervisor.services.base import Host, Service
-from supervisor.services.database import MasterDatabase
-from supervisor.services.pending import PendingStatement, Readable
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.pending import PendingStatement, Readable
 
 log = logging.getLogger("pgq.master")
 

@@ -32,8 +32,8 @@ from supervisor.queue import locks, maintenance
 from supervisor.queue.dsn import scrub
 from supervisor.queue.queries import query
 from supervisor.services.base import Service
-from supervisor.services.database import MasterDatabase
-from supervisor.services.pending import PendingStatement, Readable
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.pending import PendingStatement, Readable
 
 if TYPE_CHECKING:
     from supervisor.services.base import Host

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import psycopg
 from starlette.concurrency import run_in_threadpool
 
-from supervisor.cli.session import server_clock
-from supervisor.cli.tables import age, clock_time, listing
 from supervisor.queue import control, maintenance, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
+from supervisor.views.clock import server_clock
+from supervisor.views.text import age, clock_time, listing
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from supervisor.cli.tables import age
 from supervisor.queue.maintenance import ReplayFilter
+from supervisor.views.text import age
 from supervisor.web import audit
 from supervisor.web.actions import ActionError, Done
 from supervisor.web.security import csrf_problem

@@ -1,6 +1,6 @@
 """/history: throughput, failures and wait over the last 24 hours, by hour, from pgq.job_history.
 
-One grouped read of the day's history (sql/web_jobs.sql, web_history_hours) under the /jobs
+One grouped read of the day's history (sql/dashboard_jobs.sql, web_history_hours) under the /jobs
 pages' statement timeout, cached for ``KEEP`` seconds per queue filter: the page refreshes
 itself, and an hour's bar barely moves in a minute.
 """

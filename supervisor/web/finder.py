@@ -1,6 +1,6 @@
 """/jobs: jobs across queues and states, filtered by state, queue, kind, tenant and arguments.
 
-Reads are bounded (sql/web_jobs.sql): each walks the primary key newest first through at most
+Reads are bounded (sql/dashboard_jobs.sql): each walks the primary key newest first through at most
 ``SCAN`` jobs, inside a transaction whose statements may take ``web_bound``'s timeout. A search
 by arguments uses the optional GIN index jobs_args when the operator built it (then no scan
 limit applies, only the timeout). The page says when a read stopped at the limit.
@@ -31,9 +31,9 @@ MAX_ARGS_TEXT = 2_000  # characters of the args filter: a search, not a payload
 @cache
 def web_query(name: str) -> str:
     try:
-        return parse(sql_text("web_jobs.sql"))[name]
+        return parse(sql_text("dashboard_jobs.sql"))[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/web_jobs.sql") from None
+        raise KeyError(f"no query named {name!r} in sql/dashboard_jobs.sql") from None
 
 
 @dataclass(frozen=True)

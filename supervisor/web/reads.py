@@ -20,17 +20,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from supervisor.cli import schedules
-from supervisor.cli.schedules import ScheduleRow
-from supervisor.cli.status_view import (
-    COST_WINDOW,
-    QueueRow,
-    Status,
-    SupervisorView,
-    add_progress,
-    running_job_ids,
-    supervisors_from,
-)
 from supervisor.config import Config, PoolConfig
 from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
@@ -41,6 +30,17 @@ from supervisor.queue.queries import parse, query, sql_text
 from supervisor.queue.scaling import scaling_query
 from supervisor.queue.scheduled import ScheduleRecord
 from supervisor.queue.unknown import UnknownJob
+from supervisor.views import schedules
+from supervisor.views.schedules import ScheduleRow
+from supervisor.views.status import (
+    COST_WINDOW,
+    QueueRow,
+    Status,
+    SupervisorView,
+    add_progress,
+    running_job_ids,
+    supervisors_from,
+)
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
 
 # Counting stops here, so a page's cost stays flat whatever the table holds; past it the

@@ -15,12 +15,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from supervisor.cli.status_view import share
-from supervisor.cli.tables import age, clock_time
 from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.config.units import UnitError, parse_duration
 from supervisor.queue.limits import format_rate
+from supervisor.views.status import share
+from supervisor.views.text import age, clock_time
 from supervisor.web import charts
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure

@@ -1,7 +1,7 @@
 """/jobs in a real browser on 100,000 jobs: a search by arguments across queues and states, an
 action on ticked jobs, and an action on everything a filter matches (its dry run, then its
 slices with their progress, driven by the page itself). The page's time is measured by
-scripts/web_jobs_bench.py; here, what the operator sees and what the database holds."""
+scripts/benchmarks/web_jobs_bench.py; here, what the operator sees and what the database holds."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import psycopg
 
-from supervisor.cli import status_view
 from supervisor.config import parse_config
 from supervisor.queue import costs
+from supervisor.views import status as status_view
 from tests.integration.test_web_pages import with_client
 
 CONFIG = 'handlers: {pdf: "m:f"}\nhistory: {enabled: true}\npools: {p: {queues: {q: 1}}}\n'

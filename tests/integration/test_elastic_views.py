@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from supervisor.cli import status_view
 from supervisor.services import registry
+from supervisor.views import status as status_view
 from tests.integration.test_web_pages import with_client
 
 SCALING = {

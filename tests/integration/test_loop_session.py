@@ -23,10 +23,10 @@ from psycopg import conninfo
 from supervisor.config import Config, MetricsConfig, parse_config
 from supervisor.observability.metrics import MetricsServer
 from supervisor.observability.view import MasterCounters
-from supervisor.services.database import MasterDatabase
-from supervisor.services.loop_session import LOOP_WAIT
 from supervisor.services.metrics_feed import QueueStatsRefresh
 from supervisor.services.vacuum import QueueVacuum
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.loop_session import LOOP_WAIT
 from tests.master_session import connected, vacuum_started
 
 CONFIG = """

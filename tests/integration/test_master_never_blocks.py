@@ -29,11 +29,11 @@ from supervisor.observability.metrics import MetricsServer
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import dsn as dsn_module
 from supervisor.queue import maintenance
-from supervisor.services.database import MasterDatabase
-from supervisor.services.loop_session import LOOP_WAIT
 from supervisor.services.metrics_feed import QueueStatsRefresh
 from supervisor.services.purge import DROP_RETRY_AFTER, Purger
 from supervisor.services.rescuer import Rescuer
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.loop_session import LOOP_WAIT
 from tests.commands import ROOT
 from tests.master_session import connected
 from tests.promtext import parse

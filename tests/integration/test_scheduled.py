@@ -20,8 +20,8 @@ from supervisor.queue.jobs import claim_params
 from supervisor.queue.maintenance import queue_stats
 from supervisor.queue.migrations import available, migrate
 from supervisor.queue.queries import query
-from supervisor.services.database import MasterDatabase
 from supervisor.services.scheduler import GRACE, Scheduler, unique_key
+from supervisor.sessions.database import MasterDatabase
 from tests.master_session import connected
 
 UTC = timezone.utc
@@ -286,7 +286,7 @@ def test_ticks_missed_while_no_supervisor_ran_are_skipped_or_run_once(dsn: str) 
 
 
 def test_status_shows_each_schedule_s_last_and_next_tick(dsn: str) -> None:
-    from supervisor.cli import status_view
+    from supervisor.views import status as status_view
 
     host = _Host(dsn, SCHEDULES % "skip")
     three = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)

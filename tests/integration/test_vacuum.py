@@ -18,9 +18,9 @@ from supervisor.observability.exposition import render
 from supervisor.observability.families import master_families
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import locks
-from supervisor.services.database import MasterDatabase
-from supervisor.services.pending import PendingStatement
 from supervisor.services.vacuum import QueueVacuum
+from supervisor.sessions.database import MasterDatabase
+from supervisor.sessions.pending import PendingStatement
 from tests.master_session import connected, vacuum_started
 from tests.promtext import parse
 

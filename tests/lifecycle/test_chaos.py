@@ -24,7 +24,7 @@ def test_short_chaos_drill_holds_every_promise() -> None:
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "chaos.py"),
+            str(ROOT / "scripts" / "drills" / "chaos.py"),
             "--jobs",
             "300",
             "--faults",

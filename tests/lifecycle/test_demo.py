@@ -1,4 +1,5 @@
-"""scripts/demo.py end to end: the real script, supervisor, webhook receiver and embedded server.
+"""scripts/demo/demo.py end to end: the real script, supervisor, webhook receiver and embedded
+server.
 
 The demo runs as a new user runs it, on the embedded default, but with `embedded_dir`, the PDFs
 and the logs in a scratch folder, so a developer's .pgq and out/ are left alone.
@@ -52,7 +53,7 @@ class DemoRun:
     def command(self, *counts: str) -> list[str]:
         return [
             sys.executable,
-            str(ROOT / "scripts" / "demo.py"),
+            str(ROOT / "scripts" / "demo" / "demo.py"),
             *counts,
             *("--config", str(self.config), "--out", str(self.out)),
             *("--log-dir", str(self.scratch / "logs"), "--json", str(self.summary_path)),

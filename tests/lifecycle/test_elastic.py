@@ -1,8 +1,9 @@
-"""Elastic pools on real supervisors (scripts/elastic_bench.py holds the scenarios and their
-verdict): a burst of 2 s jobs grows a {min: 1, max: 6} pool within seconds, it drains and is
-back at 1 after the quiet period, never above the host's memory budget; two supervisors as two
-hosts on one database share a backlog without both growing to max. The steady load is the
-benchmark's (a minute) and the unit tests' queue simulation (tests/unit/test_scaling.py)."""
+"""Elastic pools on real supervisors (scripts/benchmarks/elastic_bench.py holds the scenarios
+and their verdict): a burst of 2 s jobs grows a {min: 1, max: 6} pool within seconds, it
+drains and is back at 1 after the quiet period, never above the host's memory budget; two
+supervisors as two hosts on one database share a backlog without both growing to max. The
+steady load is the benchmark's (a minute) and the unit tests' queue simulation
+(tests/unit/test_scaling.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_elastic_pools_grow_drain_keep_the_budget_and_share_a_backlog(dsn: str) 
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "elastic_bench.py"),
+            str(ROOT / "scripts" / "benchmarks" / "elastic_bench.py"),
             "--dsn",
             dsn,
             "--scenarios",

@@ -1,5 +1,5 @@
-"""Fair share by cost on a real supervisor (scripts/fair_cost_bench.py holds the run and its
-verdict): two tenants whose jobs cost 1 and 10 units of CPU share a queue 1 : 10 in CPU by
+"""Fair share by cost on a real supervisor (scripts/benchmarks/fair_cost_bench.py holds the run
+and its verdict): two tenants whose jobs cost 1 and 10 units of CPU share a queue 1 : 10 in CPU by
 count, and within 10% of equal with `fairness: cost`."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def test_tenants_share_a_queue_by_cpu_with_fairness_cost(dsn: str) -> None:
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "fair_cost_bench.py"),
+            str(ROOT / "scripts" / "benchmarks" / "fair_cost_bench.py"),
             "--dsn",
             dsn,
             "--seconds",

@@ -2,7 +2,7 @@
 while one host is SIGKILLed whole, one is frozen past its leases and one is deployed. Every job
 completes exactly once, each singleton duty runs on one host per interval (measured from
 pgq.maintenance_runs) and an every-2s schedule enqueues each tick once across the fleet
-(scripts/fleet.py holds the drill and its verdict)."""
+(scripts/drills/fleet.py holds the drill and its verdict)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_small_fleet_drill_holds_every_promise(dsn: str) -> None:
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "fleet.py"),
+            str(ROOT / "scripts" / "drills" / "fleet.py"),
             "--jobs",
             "400",
             "--spread",

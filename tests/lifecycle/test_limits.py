@@ -1,7 +1,7 @@
 """Queue limits held by real supervisors together: a concurrency cap that no moment of a ledger
 of start and end times passes (with a child killed mid-job), free slots going to other work, a
-rate across two supervisors, and a reload that lifts a limit (scripts/limit_rates.py runs the
-rate for a minute)."""
+rate across two supervisors, and a reload that lifts a limit (scripts/benchmarks/limit_rates.py
+runs the rate for a minute)."""
 
 from __future__ import annotations
 
@@ -210,8 +210,8 @@ def test_a_rate_holds_across_two_supervisors(
     supervisor: Callable[..., Supervisor], dsn: str
 ) -> None:
     """10/s with a burst of 3, four children on two supervisors, 8 s measured: the count is
-    within 10% of the rate (the minute-long run in scripts/limit_rates.py holds 5%) and no
-    second ever sees more than rate + burst starts."""
+    within 10% of the rate (the minute-long run in scripts/benchmarks/limit_rates.py holds 5%) and
+    no second ever sees more than rate + burst starts."""
     rate, burst, seconds = 10.0, 3, 8.0
     _enqueue(dsn, [NewJob("record", queue="rated")] * 400)
     sups = [

@@ -1,5 +1,5 @@
-"""The network partition drill (scripts/partition_drill.py) as slow tests: a host cut off from
-the database while it holds leases (a network namespace and a veth pair; root only)."""
+"""The network partition drill (scripts/drills/partition_drill.py) as slow tests: a host cut off
+from the database while it holds leases (a network namespace and a veth pair; root only)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def drill(pg_server: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "scripts/partition_drill.py", "--dsn", pg_server],
+        [sys.executable, "scripts/drills/partition_drill.py", "--dsn", pg_server],
         cwd=ROOT,
         env=os.environ,
         capture_output=True,

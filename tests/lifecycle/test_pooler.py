@@ -26,8 +26,8 @@ from supervisor.config import load_config
 from supervisor.observability.view import MasterCounters
 from supervisor.queue.dsn import connect
 from supervisor.queue.jobs import claim
-from supervisor.services.database import MasterDatabase
 from supervisor.services.purge import Purger
+from supervisor.sessions.database import MasterDatabase
 from tests.commands import ROOT, run_cli
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.master_session import connected

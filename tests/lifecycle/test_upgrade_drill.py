@@ -1,5 +1,5 @@
-"""The rolling-upgrade drill (scripts/upgrade_drill.py) as a slow test: the previous release's
-supervisors drain a stream while this release migrates behind an application's open
+"""The rolling-upgrade drill (scripts/drills/upgrade_drill.py) as a slow test: the previous
+release's supervisors drain a stream while this release migrates behind an application's open
 transaction and starts beside them; nothing lost, nothing run twice, no job waiting over 1 s."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def test_a_rolling_upgrade_loses_nothing_runs_nothing_twice_and_stalls_no_claim(
     pg_server: str,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "scripts/upgrade_drill.py", "--dsn", pg_server, "--seconds", "14"],
+        [sys.executable, "scripts/drills/upgrade_drill.py", "--dsn", pg_server, "--seconds", "14"],
         cwd=ROOT,
         env=os.environ,
         capture_output=True,

@@ -17,7 +17,7 @@ from supervisor.config.reference import HELP, json_schema, keys, reference_markd
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SHIPPED = ROOT / "supervisor" / "config" / "pgq-supervisor.schema.json"
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "tools"))
 import docs_hooks  # noqa: E402
 
 

@@ -14,6 +14,10 @@ import supervisor
 from tests.commands import ROOT
 
 
+def sql_roles() -> list[str]:
+    return sorted(path.name for path in (ROOT / "sql").glob("*.sql"))
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
@@ -44,7 +48,9 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     tops = {name.split("/")[0] for name in names}
     assert tops == {"supervisor", f"pgq_supervisor-{supervisor.__version__}.dist-info"}
     assert "supervisor/py.typed" in names
-    assert "supervisor/sql/queries.sql" in names
+    # Every file of named queries (sql/README.md lists them by role).
+    for role in sql_roles():
+        assert f"supervisor/sql/{role}" in names
     assert "supervisor/sql/migrations/0005_control.sql" in names
     assert "supervisor/testing.py" in names
     # The dashboard's SQL, templates and vendored htmx (a page without them renders nothing).
@@ -53,8 +59,8 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     assert "supervisor/doctor/horizon.py" in names
     assert "supervisor/web/templates/overview.html" in names
     assert "supervisor/web/static/htmx.min.js" in names
-    # The command line's and /jobs' SQL, the optional args index, the editors' JSON Schema.
-    assert "supervisor/sql/cli.sql" in names and "supervisor/sql/web_jobs.sql" in names
+    # /jobs' SQL, the optional args index, the editors' JSON Schema.
+    assert "supervisor/sql/dashboard_jobs.sql" in names
     assert "supervisor/sql/optional/jobs_args_index.sql" in names
     assert "supervisor/config/pgq-supervisor.schema.json" in names
     dist_info = f"pgq_supervisor-{supervisor.__version__}.dist-info"

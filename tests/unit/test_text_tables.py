@@ -9,7 +9,7 @@ import pytest
 from supervisor.cli.dlq import telling_line
 from supervisor.cli.main import UsageError
 from supervisor.cli.operator import parse_json_object
-from supervisor.cli.tables import age, iso, listing, safe, safe_block, table, width
+from supervisor.views.text import age, iso, listing, safe, safe_block, table, width
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,219 @@
+-- Rescue, purge and vacuum: the master's services that keep the tables small and jobs moving.
+-- Named queries (loaded by supervisor/queue/queries.py with every other sql/*.sql file; a
+-- name defined twice across files is an error). sql/README.md lists what each file holds.
+-- Each block starts with "-- name: <name>", then comment lines that describe it, then the SQL.
+-- Parameters use psycopg's %(name)s style; every value is a parameter, never formatted in.
+
+-- name: rescue
+-- Returns up to %(limit)s jobs whose lease expired (their worker stopped renewing: a host that
+-- died, a network partition) to available, or to discarded when no attempts are left.
+-- SKIP LOCKED lets it run beside claims and finishes without waiting on them. A job with a
+-- cancel request ends 'cancelled'. The expiry is recorded in last_error and appended to errors.
+-- A job of a kind with effects outside the database (%(external_kinds)s, or declared by any
+-- live supervisor) goes to 'unknown' instead: nobody knows how far its attempt got.
+-- Discarded and cancelled members count down their batch.
+WITH target AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'running'
+      AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+decided AS (
+    SELECT j.id,
+           j.attempts >= coalesce(p.max_attempts, j.max_attempts) AS exhausted,
+           x.unknown,
+           CASE WHEN x.unknown THEN 'outcome unknown (effects: external): ' ELSE '' END
+               || 'lease expired: worker ' || j.locked_by || ' stopped renewing it' AS error
+    FROM pgq.jobs AS j
+    CROSS JOIN LATERAL (
+        SELECT j.kind = ANY(%(external_kinds)s::text[])
+               OR EXISTS (SELECT 1
+                          FROM pgq.supervisors AS v
+                          WHERE j.kind = ANY(v.external_kinds)) AS unknown
+    ) AS x
+    JOIN target USING (id)
+    LEFT JOIN unnest(%(policy_kinds)s::text[], %(policy_max_attempts)s::integer[])
+        AS p(kind, max_attempts) ON p.kind = j.kind
+),
+moved AS (
+    UPDATE pgq.jobs AS j
+    SET state = CASE
+            WHEN d.unknown THEN 'unknown'
+            WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN d.exhausted THEN 'discarded'
+            ELSE 'available'
+        END,
+        run_at = now(),
+        last_error = d.error,
+        errors = pgq.error_kept(j.errors, j.attempts, d.error),
+        lease_id = NULL,
+        locked_by = NULL,
+        lease_until = NULL,
+        finished_at = CASE
+            WHEN d.unknown THEN NULL
+            WHEN d.exhausted OR j.cancel_requested_at IS NOT NULL THEN now()
+        END
+    FROM decided AS d
+    WHERE j.id = d.id
+    RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
+              j.finished_at, j.errors, j.batch_id
+),
+recorded AS (
+    INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                                 finished_at, errors)
+    SELECT id, queue, kind, state, attempts, created_at, started_at, finished_at, errors
+    FROM moved
+    WHERE state IN ('discarded', 'cancelled')
+      AND %(history)s
+),
+ended AS (
+    SELECT pgq.batch_ended(array_agg(id), array_agg(batch_id), array_agg(state))
+    FROM moved
+    WHERE batch_id IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
+)
+SELECT m.id, m.queue, m.kind, m.state, m.attempts
+FROM moved AS m
+CROSS JOIN (SELECT count(*) FROM ended) AS e;
+
+-- name: purge_discarded
+-- Deletes up to %(limit)s dead letters and up to %(limit)s cancelled jobs that finished before
+-- %(older_than)s; run in a loop. One arm per state, so each reads its own partial index in
+-- finish order. %(kind)s and %(queue)s narrow it when given (`dlq purge --kind`); null means any.
+WITH dead AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'discarded'
+      AND finished_at < %(older_than)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+cancelled AS (
+    SELECT id
+    FROM pgq.jobs
+    WHERE state = 'cancelled'
+      AND finished_at < %(older_than)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM pgq.jobs
+WHERE id IN (SELECT id FROM dead UNION ALL SELECT id FROM cancelled);
+
+-- name: history_partitions
+-- Creates the daily history partitions from today through %(days_ahead)s days later.
+SELECT pgq.ensure_history_partitions(now(), %(days_ahead)s);
+
+-- name: drop_history
+-- Drops the oldest history partition whose day ended before %(older_than)s (0 or 1 dropped).
+SELECT pgq.drop_history_partitions(%(older_than)s);
+
+-- name: purge_history_default
+-- Deletes up to %(limit)s old rows that landed in the default history partition.
+DELETE FROM pgq.job_history_default
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid
+    FROM pgq.job_history_default
+    WHERE finished_at < %(older_than)s
+    LIMIT %(limit)s
+));
+
+-- name: table_health
+-- Is vacuum keeping up with the job table? Dead tuples should stay far below live ones.
+SELECT
+    s.n_live_tup,
+    s.n_dead_tup,
+    s.last_autovacuum,
+    s.last_vacuum,
+    s.autovacuum_count,
+    (SELECT extract(epoch FROM now() - min(run_at))
+     FROM pgq.jobs
+     WHERE state = 'available' AND run_at <= now()) AS oldest_available_age
+FROM pg_stat_user_tables AS s
+WHERE s.schemaname = 'pgq'
+  AND s.relname = 'jobs';
+
+-- name: claim_maintenance_run
+-- Records that %(run_by)s runs the singleton task %(task)s now, unless some supervisor ran it
+-- less than %(interval)s seconds ago; returns a row only when this caller should run it, and
+-- logs that run in pgq.maintenance_runs. The conditional upsert is atomic on its own (a second
+-- caller waits for the first's row and then fails the WHERE); the task's advisory lock around
+-- it keeps a run that outlasts its interval from overlapping the next.
+WITH claimed AS (
+    INSERT INTO pgq.maintenance AS m (task, last_run_at, run_by)
+    VALUES (%(task)s, now(), %(run_by)s)
+    ON CONFLICT (task) DO UPDATE
+    SET last_run_at = now(),
+        run_by = EXCLUDED.run_by
+    WHERE m.last_run_at <= now() - make_interval(secs => %(interval)s::float8)
+    RETURNING task, run_by, last_run_at
+)
+INSERT INTO pgq.maintenance_runs (task, run_by, started_at)
+SELECT task, run_by, last_run_at
+FROM claimed
+RETURNING started_at;
+
+-- name: maintenance_run_current
+-- Whether the run of %(task)s that %(run_by)s started at %(started_at)s is still the task's
+-- latest: a run that spans several turns of its master's loop goes on only while no other
+-- supervisor has started the next interval's run.
+SELECT 1
+FROM pgq.maintenance
+WHERE task = %(task)s
+  AND run_by = %(run_by)s
+  AND last_run_at = %(started_at)s;
+
+-- name: purge_maintenance_runs
+-- Forgets the log of maintenance runs older than %(older_than)s.
+DELETE FROM pgq.maintenance_runs
+WHERE started_at < %(older_than)s;
+
+-- name: vacuum_due
+-- How many dead rows pgq.jobs holds (every consumed job leaves one, and its entry at the head
+-- of the claim index, which each claim steps over until VACUUM removes it), and whether this
+-- role may vacuum the table: its owner or a superuser, or on PostgreSQL 17 and later a role
+-- granted MAINTAIN (%(maintain)s says whether the server knows that privilege).
+SELECT coalesce(s.n_dead_tup, 0) AS dead_rows,
+       pg_has_role(c.relowner, 'USAGE')
+           OR CASE WHEN %(maintain)s THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+           AS allowed
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = 'pgq.jobs'::regclass;
+
+-- name: vacuum_jobs
+-- Sent without waiting for it (the master's loop must not block), on a connection of its own.
+-- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.
+VACUUM (SKIP_LOCKED) pgq.jobs;
+
+-- name: purge_results
+-- Deletes up to %(limit)s kept results older than %(older_than)s; run in a loop.
+DELETE FROM pgq.job_results
+WHERE id = ANY(ARRAY(
+    SELECT id
+    FROM pgq.job_results
+    WHERE finished_at < %(older_than)s
+    ORDER BY finished_at
+    LIMIT %(limit)s
+));
+
+-- name: purge_batches
+-- Deletes up to %(limit)s batches that finished before %(older_than)s, with their counters
+-- (ON DELETE CASCADE); run in a loop. A batch still waiting for members is kept.
+DELETE FROM pgq.batches
+WHERE id = ANY(ARRAY(
+    SELECT id
+    FROM pgq.batches
+    WHERE finished_at < %(older_than)s
+    ORDER BY id
+    LIMIT %(limit)s
+));

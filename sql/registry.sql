@@ -1,0 +1,117 @@
+-- Registry and wake-ups: supervisors' heartbeats, their workers, the queues' wake-up flags.
+-- Named queries (loaded by supervisor/queue/queries.py with every other sql/*.sql file; a
+-- name defined twice across files is an error). sql/README.md lists what each file holds.
+-- Each block starts with "-- name: <name>", then comment lines that describe it, then the SQL.
+-- Parameters use psycopg's %(name)s style; every value is a parameter, never formatted in.
+
+-- name: heartbeat_supervisor
+-- Registers a supervisor, or refreshes its heartbeat, with the kinds its YAML declares
+-- `effects: external` (a reload may change them), which every host's rescuer honours.
+INSERT INTO pgq.supervisors (id, host, pid, config, external_kinds)
+VALUES (%(id)s, %(host)s, %(pid)s, %(config)s, %(external_kinds)s::text[])
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now(),
+    external_kinds = EXCLUDED.external_kinds;
+
+-- name: clear_workers
+-- Forgets a supervisor's children before their current list is written again.
+DELETE FROM pgq.workers
+WHERE supervisor_id = %(id)s;
+
+-- name: record_workers
+-- Writes a supervisor's children as they are now.
+INSERT INTO pgq.workers (supervisor_id, worker_id, pool, slot, pid, state, job_id, kind,
+                         job_started, spawned_at, rss_bytes)
+SELECT %(id)s, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
+       w.job_started, w.spawned_at, w.rss_bytes
+FROM unnest(
+    %(worker_ids)s::text[],
+    %(pools)s::text[],
+    %(slots)s::integer[],
+    %(pids)s::integer[],
+    %(states)s::text[],
+    %(job_ids)s::bigint[],
+    %(kinds)s::text[],
+    %(job_starts)s::timestamptz[],
+    %(spawned)s::timestamptz[],
+    %(rss)s::bigint[]
+) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at, rss_bytes);
+
+-- name: prune_supervisors
+-- Forgets supervisors (and, by cascade, their children) that stopped heartbeating, and their
+-- wake-up flags.
+WITH gone AS (
+    DELETE FROM pgq.supervisors
+    WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s::float8)
+    RETURNING id, host, pid
+),
+flags AS (
+    DELETE FROM pgq.queue_wakeups AS w
+    USING gone
+    WHERE w.supervisor_id = gone.id
+)
+SELECT id, host, pid FROM gone;
+
+-- name: unregister_supervisor
+-- A supervisor that stops cleanly removes itself, and its wake-up flags.
+WITH flags AS (
+    DELETE FROM pgq.queue_wakeups
+    WHERE supervisor_id = %(id)s
+)
+DELETE FROM pgq.supervisors
+WHERE id = %(id)s;
+
+-- name: want_wakeups
+-- A master raises the wake-up flags of the queues in %(queues)s: it has a child asleep for
+-- them. Only a lowered flag is written (a raised one is not even locked, so an enqueue taking
+-- it never skips it because of us); a missing one is added. Returns the queues whose flag went
+-- up: the master then wakes a child of each once more, so that a job enqueued while the flag
+-- was down, and not notified, is claimed now rather than at the next poll. The flags are hints
+-- (a lost one is written again within a second), so their commit does not wait for the WAL
+-- flush: the master's loop waits on this statement.
+WITH quick AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+raised AS (
+    UPDATE pgq.queue_wakeups
+    SET wanted = true
+    WHERE supervisor_id = %(supervisor_id)s
+      AND queue = ANY(%(queues)s::text[])
+      AND NOT wanted
+    RETURNING queue
+),
+added AS (
+    INSERT INTO pgq.queue_wakeups (queue, supervisor_id)
+    SELECT q, %(supervisor_id)s
+    FROM unnest(%(queues)s::text[]) AS q
+    ON CONFLICT (queue, supervisor_id) DO NOTHING
+    RETURNING queue
+)
+SELECT f.queue
+FROM quick
+LEFT JOIN (SELECT queue FROM raised UNION ALL SELECT queue FROM added) AS f ON true;
+
+-- name: forget_wakeups
+-- A master's flags for queues it no longer serves (after a reload), or all of them (null).
+DELETE FROM pgq.queue_wakeups
+WHERE supervisor_id = %(supervisor_id)s
+  AND (%(keep)s::text[] IS NULL OR NOT queue = ANY(%(keep)s::text[]));
+
+-- name: list_supervisors
+-- Live supervisors, for status.
+SELECT id, host, pid, config, started_at, heartbeat_at,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+FROM pgq.supervisors
+ORDER BY host, started_at;
+
+-- name: list_workers
+-- Children of live supervisors, for status. Rows are a snapshot taken at the supervisor's last
+-- heartbeat, so a job's age is measured to that moment: a fast job seen in a 5-second-old
+-- snapshot ran for milliseconds, not for 5 seconds.
+SELECT w.supervisor_id, w.worker_id, w.pool, w.slot, w.pid, w.state, w.job_id, w.kind,
+       w.job_started,
+       greatest(0, extract(epoch FROM s.heartbeat_at - w.job_started))::float8 AS job_age,
+       w.spawned_at, w.rss_bytes
+FROM pgq.workers AS w
+JOIN pgq.supervisors AS s ON s.id = w.supervisor_id
+ORDER BY w.supervisor_id, w.pool, w.slot;
