@@ -7,8 +7,8 @@
 -- name: replay
 -- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
 -- caller must give at least one (or say all): ids, kind, queue, finished before a time.
--- A dead letter whose unique key is held again (by a waiting or running job, or by a newer dead
--- letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
+-- A dead letter whose unique key is held again (by a waiting, running or unknown job, or by a
+-- newer dead letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
 -- every matching dead letter: replayed true with its queue, or replayed false with its key.
 WITH locked AS (
     SELECT id, unique_key, finished_at
@@ -35,7 +35,8 @@ replayable AS (
                SELECT 1
                FROM pgq.jobs AS holder
                WHERE holder.unique_key = m.unique_key
-                 AND holder.state IN ('available', 'running', 'scheduled')
+                 AND holder.state IN ('available', 'running', 'scheduled', 'unknown')
+                 AND holder.id > 0
            ))
 ),
 replayed AS (
@@ -195,9 +196,3 @@ moved AS (
 SELECT m.queue, t.state, t.run_at, pg_notify('pgq_jobs', m.queue) IS NULL
 FROM moved AS m
 JOIN target AS t ON t.id = m.id;
-
--- name: cli_queue_in_use
--- Whether queue %(queue)s holds a job due or waiting to be claimed, or is paused already
--- (`queues pause` refuses a queue nothing knows: a typo). The jobs_claim index, one probe.
-SELECT EXISTS (SELECT 1 FROM pgq.jobs WHERE queue = %(queue)s AND state = 'available')
-    OR EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s);

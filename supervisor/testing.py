@@ -29,7 +29,7 @@ from typing import Any, Literal
 import psycopg
 
 from supervisor.child.weights import TenantRotation
-from supervisor.config.handlers import wants_context
+from supervisor.config.handlers import argument_mismatch, wants_context
 from supervisor.queue import control, outcomes, scheduled
 from supervisor.queue import jobs as jobs_api
 from supervisor.queue.context import JobContext
@@ -78,6 +78,10 @@ def _call(
     completed and returned one."""
     raised: Exception | None = None
     value: Any = None
+    mismatch = argument_mismatch(func, job.args, wants_context=wants_context(func))
+    if mismatch is not None:
+        discarded = outcomes.discard(job, f"the arguments do not match the handler: {mismatch}")
+        return discarded, None, None
     try:
         value = func(**job.args, job=context) if wants_context(func) else func(**job.args)
     except Exception as exc:

@@ -148,6 +148,13 @@ def fail(times: int = 1, *, job: JobContext) -> None:
         raise RuntimeError(f"planned failure {job.attempt} of {times}")
 
 
+def type_error_inside(seconds: float, *, job: JobContext) -> None:
+    """Arguments that fit, then a TypeError raised by the handler's own code: an ordinary
+    failure, retried (not a signature mismatch)."""
+    _record(job)
+    len(seconds)  # type: ignore[arg-type]
+
+
 def fail_first_run(*, job: JobContext, **_: Any) -> None:
     """Fails the first time this job runs, whatever its attempt number (a replay resets it),
     and succeeds every time after."""

@@ -30,6 +30,7 @@ class Claimer:
         self.board = self.process.board
         self.queue_names = list(self.spec.pool.queues)
         self.queues = WeightedQueues(self.spec.pool.queues)
+        self.weights_seen = 0  # the board's weights generation this child claims by
         self.tenants = TenantRotation(
             {q: w for q, w in self.spec.config.tenants.items() if q in self.spec.pool.queues}
         )
@@ -43,6 +44,13 @@ class Claimer:
         # that a rate held back (None: no rate did): the idle wait ends then (docs/limits.md).
         self.token_due: float | None = None
 
+    def _reweigh(self) -> None:
+        """Take the weights a reload wrote on the board, if it wrote new ones."""
+        generation = self.board.weights_generation()
+        if generation != self.weights_seen:
+            self.queues.reweigh(dict(zip(self.queue_names, self.board.weights(), strict=True)))
+            self.weights_seen = generation
+
     def claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs across the pool's queues in one statement. Outcomes still
         waiting to be written go in the same round trip."""
@@ -51,6 +59,7 @@ class Claimer:
             return []  # told to stop while the database was away
         assert session.conn is not None
         self.board.set_state(State.CLAIMING)
+        self._reweigh()
         config, worker = self.spec.config, self.spec.worker_id
         now = time.monotonic()
         # Woken for a particular queue: try it first, outside the weighted rotation (an idle

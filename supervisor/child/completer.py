@@ -22,6 +22,7 @@ from supervisor.queue import jobs as jobs_api
 from supervisor.queue.dsn import RECONNECT_ERRORS
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
+from supervisor.shared.words import plural
 
 log = logging.getLogger("pgq.worker")
 
@@ -119,7 +120,9 @@ class Completer:
                 self.write()
                 return
             except RECONNECT_ERRORS as exc:
-                session.warn(f"cannot record the outcome of {len(self)} jobs: {exc}; retrying")
+                session.warn(
+                    f"cannot record the outcome of {plural(len(self), 'job')}: {exc}; retrying"
+                )
                 if session.process.orphaned:
                     return
                 session.reconnect(through_drain=True)
@@ -140,6 +143,13 @@ class Completer:
         conn = self.session.conn
         assert conn is not None
         if not self.ready():
+            return self._claim_only(conn, claim)
+        try:
+            self._write_heavy_results(conn)
+        except RECONNECT_ERRORS:
+            raise
+        except psycopg.Error:
+            self._write_one_by_one(conn)
             return self._claim_only(conn, claim)
         done, history = self.done, self.history
         # Without a claim to carry them, finished jobs go in the claim statement claiming
@@ -216,6 +226,19 @@ class Completer:
         """Costs not written go back, to travel with the next write of their outcomes."""
         for attempt in spent:
             self.costs.setdefault(attempt.job_id, attempt.cost)
+
+    def _write_heavy_results(self, conn: psycopg.Connection[Any]) -> None:
+        """Completions whose results would pass RESULTS_PER_STATEMENT in the claim are written
+        first, a statement per run of them, so the claim carries one run at most."""
+        runs = jobs_api.results_chunks(self.done)
+        if len(runs) == 1:
+            return
+        for run in runs[:-1]:
+            written = jobs_api.complete(conn, run, history=self.history)
+            self._written(_tally(self.board, self.pool, written))
+            gone = {job.id for job in run}
+            self.done = [job for job in self.done if job.id not in gone]
+            self._changed()
 
     def _written(self, written: tuple[list[Job], list[Job]]) -> None:
         if self.on_written is not None:

@@ -9,6 +9,7 @@ handler (timeouts, cancels, the master's death); they are BaseExceptions, so a h
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from supervisor.queue import costs, outcomes, progress
 from supervisor.queue.context import JobContext
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
+from supervisor.shared.redact import scrub
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -162,6 +164,15 @@ class Executor:
             backoff_cap=policy.backoff_cap,
         )
 
+    def mismatched(self, job: Job, target: str, mismatch: str) -> outcomes.Settlement:
+        """Arguments that do not fit the handler's signature fail every attempt alike: the job
+        is discarded at once, naming the parameter, instead of retried as if transient."""
+        return outcomes.discard(
+            job,
+            f"the arguments of job {job.id} ({job.kind}, queue {job.queue}) do not match "
+            f"{target}: {mismatch}; discarded without a retry (every attempt would fail alike)",
+        )
+
     def context(
         self, job: Job, started: float, reporter: progress.Reporter | None = None
     ) -> JobContext:
@@ -190,6 +201,9 @@ class Executor:
             return refused
         policy = self.config.policy(job.kind)
         handler = self.handlers[job.kind]
+        mismatch = handler.mismatch(job.args)
+        if mismatch is not None:
+            return self.mismatched(job, handler.target, mismatch)
         started = self.board.job_started(
             thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
         )
@@ -245,6 +259,11 @@ class Executor:
                 with contextlib.suppress(Exception):  # progress never fails the attempt
                     reporter.finish()
             traced.close()
+            if settlement is not None and settlement.error and self.config.web.redact:
+                # A handler's exception may quote its arguments (`card 4111... declined`): the
+                # text is kept, logged and put on the span, so the redacted values leave here.
+                error = scrub(settlement.error, job.args, self.config.web.redact)
+                settlement = dataclasses.replace(settlement, error=error)
             self.board.job_finished(thread)
             with self.counter_lock:
                 self.board.observe_job(time.monotonic() - started)

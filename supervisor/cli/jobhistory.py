@@ -25,6 +25,9 @@ from supervisor.queue.progress import Progress
 from supervisor.shared.exits import MasterExit
 from supervisor.views.text import age, clock_time, iso, safe, safe_block
 
+# By choice: a finished job's arguments leave with its row (they may hold personal data or
+# secrets, and the history stays small); the dashboard's page says the same.
+ARGS_NOT_KEPT = "not kept once a job has finished (its row is deleted; the history keeps none)"
 HISTORY_ROWS = 10  # one row per time the job finished (a replayed dead letter finishes again)
 
 
@@ -40,9 +43,9 @@ class AttemptLimit:
 
 
 def attempt_limit(ctx: Context, kind: str, row_limit: int) -> AttemptLimit:
+    configured = ctx.config.attempt_limit(kind, row_limit)
     policy = ctx.config.jobs.get(kind)
-    configured = policy.max_attempts if policy else None
-    if configured is None:
+    if policy is None or policy.max_attempts is None:
         return AttemptLimit(row_limit, row_limit, "row", "the job's own limit, set at enqueue")
     where = f"jobs.{safe(kind)}.max_attempts in {ctx.config.path}"
     if configured == row_limit:
@@ -84,6 +87,8 @@ def show(
                 for h in history
             ],
             "result": result,
+            "args": None,
+            "args_kept": False,
             **costs_view.to_json(spent or []),
             "progress": said.to_json() if said is not None else None,
         }
@@ -103,6 +108,7 @@ def show(
         f"  created     {when(last['created_at'])}",
         f"  last run    {when(last['started_at'])}",
         f"  finished    {when(last['finished_at'])}",
+        f"  args        {ARGS_NOT_KEPT}",
     ]
     if len(history) > 1:
         lines.append(f"finished {len(history)} times (a replayed dead letter finishes again):")

@@ -14,18 +14,21 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from supervisor.cli import costs_view, jobhistory
+from supervisor.cli import costs_view, filtered, jobhistory
 from supervisor.cli.dlq import telling_line
 from supervisor.cli.jobhistory import attempt_limit
+from supervisor.cli.operator import parse_json_object
 from supervisor.cli.session import (
     json_argument,
     listing_arguments,
     positive_int,
     session,
 )
-from supervisor.cli.verbs import Context, verb
-from supervisor.queue import control, costs, progress, unknown
+from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.queue import bulk, control, costs, maintenance, progress, unknown
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.redact import refusal, refused_search, shown
+from supervisor.shared.words import plural
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -38,6 +41,12 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--state", choices=control.STATES, help="only jobs in this state")
     p.add_argument("--queue", help="only jobs of this queue")
     p.add_argument("--kind", help="only jobs of this kind")
+    p.add_argument(
+        "--args",
+        dest="args_filter",
+        metavar="JSON",
+        help="only jobs whose arguments contain this JSON object: '{\"invoice_id\": 42}'",
+    )
     listing_arguments(p)
 
     p = sub.add_parser("show", help="everything about one job, and where it runs")
@@ -46,18 +55,32 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser(
         "cancel",
-        help="cancel jobs: a waiting one never runs, a running one is stopped",
-        description="Cancel jobs. A waiting job becomes cancelled at once; a running one is "
-        "stopped by the supervisor running it within about a second, and is not retried.",
+        help="cancel jobs, by id or by filter: a waiting one never runs, a running one is stopped",
+        description="Cancel jobs, named by id or by a filter. A waiting job becomes cancelled at "
+        "once; a running one is stopped by the supervisor running it within about a second, and "
+        "is not retried.",
     )
-    p.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+    filtered.filter_arguments(p)
     json_argument(p)
 
     p = sub.add_parser(
         "retry",
-        help="run a waiting job now (one waiting for its retry, or scheduled for later)",
+        help="run waiting jobs now (waiting for their retry, or scheduled), by id or by filter",
+        description="Make waiting jobs (in their retry backoff, or scheduled for later) due now, "
+        "their attempts kept; named by id or by a filter. A dead letter goes back with "
+        "`jobs replay`.",
     )
-    p.add_argument("id", type=positive_int, metavar="ID")
+    filtered.filter_arguments(p)
+    json_argument(p)
+
+    p = sub.add_parser(
+        "replay",
+        help="put dead letters back in their queues, attempts reset, by id or by filter",
+        description="Put dead letters (discarded jobs) back in their queues with their attempts "
+        "reset, due now; named by id or by a filter. One whose unique key a waiting or running "
+        "job holds stays dead.",
+    )
+    filtered.filter_arguments(p)
     json_argument(p)
 
     p = sub.add_parser(
@@ -73,7 +96,7 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
 @verb(
     "jobs",
-    "jobs in any state: list, show, cancel, retry, resolve; exit 0, 1 when a job named is "
+    "jobs in any state: list, show, cancel, retry, replay, resolve; exit 0, 1 when a job named is "
     "missing or in the wrong state (or on a database error), 2 on bad usage",
     jobs_arguments,
 )
@@ -83,6 +106,7 @@ def jobs_verb(ctx: Context) -> int:
         "show": jobs_show,
         "cancel": jobs_cancel,
         "retry": jobs_retry,
+        "replay": jobs_replay,
         "resolve": jobs_resolve,
     }
     return commands[ctx.args.jobs_command](ctx)
@@ -127,11 +151,24 @@ def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
 
 def jobs_list(ctx: Context) -> int:
     a = ctx.args
+    search = parse_json_object(a.args_filter) if a.args_filter is not None else None
+    named = refused_search(search, ctx.config.web.redact)
+    if named:  # found or not, the answer would tell the value one guess at a time
+        raise UsageError(refusal(named))
     with session(ctx, snapshot=True) as conn, conn.transaction():
         now = server_clock(conn)
-        jobs = control.list_jobs(conn, state=a.state, queue=a.queue, kind=a.kind, limit=a.limit)
+        jobs = control.list_jobs(
+            conn, state=a.state, queue=a.queue, kind=a.kind, args=search, limit=a.limit
+        )
     if a.json:
-        document = {"generated_at": iso(now), "jobs": [_jsonable(asdict(j)) for j in jobs]}
+        limit = ctx.config.attempt_limit
+        document = {
+            "generated_at": iso(now),
+            "jobs": [
+                {**_jsonable(asdict(j)), "max_attempts": limit(j.kind, j.max_attempts)}
+                for j in jobs
+            ],
+        }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
     if not jobs:
@@ -143,7 +180,7 @@ def jobs_list(ctx: Context) -> int:
             safe(j.kind),
             safe(j.queue),
             j.state + (" (cancelling)" if j.state == "running" and j.cancel_requested_at else ""),
-            f"{j.attempts}/{j.max_attempts}",
+            f"{j.attempts}/{ctx.config.attempt_limit(j.kind, j.max_attempts)}",
             _when(j, now),
             _last_line(j.last_error),
         ]
@@ -152,7 +189,7 @@ def jobs_list(ctx: Context) -> int:
     headers = ["ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "WHEN", "LAST ERROR"]
     print("\n".join(table(headers, rows, right=(0,))))
     more = "; --limit N shows more" if len(jobs) == a.limit else ""
-    print(f"{len(jobs)} jobs, newest first{more}")
+    print(f"{plural(len(jobs), 'job')}, newest first{more}")
     return MasterExit.OK
 
 
@@ -164,6 +201,8 @@ def jobs_show(ctx: Context) -> int:
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
         spent = costs.job_costs(conn, ctx.args.id)
         said = progress.read(conn, [ctx.args.id]).get(ctx.args.id)
+    if job is not None:
+        job = shown(job, ctx.config.web.redact)
     if job is None and history:
         return jobhistory.show(ctx, ctx.args.id, history, now, kept, spent, said)
     if job is None and kept is not None:
@@ -248,16 +287,47 @@ def jobs_resolve(ctx: Context) -> int:
     a = ctx.args
     with session(ctx) as conn, conn.transaction():
         done = unknown.resolve(conn, a.ids, a.resolution, history=ctx.config.history.enabled)
+    code = MasterExit.OK
+    then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
     for job in done:
-        then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
+        if job.state == "held":
+            code = _fail(
+                f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: not retried, its "
+                f"unique key is held by job {job.holder}; it stays unknown (resolve it as "
+                "completed or discarded, or retry it once that job has ended)"
+            )
+            continue
         print(f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: {then[job.state]}")
     left = sorted(set(a.ids) - {j.id for j in done})
     if left:
         return _fail(f"not unknown, left as they are: {listing(left)}")
+    return code
+
+
+def _dry_run_ids(ctx: Context, command: str) -> int:
+    """--dry-run with IDs: how many of them the command would change, and nothing changed."""
+    action = bulk.ACTIONS[filtered.ACTION_OF[command]]
+    with session(ctx, snapshot=True) as conn, conn.transaction():
+        found = {i: control.show_job(conn, i) for i in sorted(set(ctx.args.ids))}
+    would = [i for i, job in found.items() if job is not None and job.state in action.states]
+    if ctx.args.json:
+        print(json.dumps({"action": command, "dry_run": True, "would": would}, indent=2))
+        return MasterExit.OK
+    left = sorted(set(found) - set(would))
+    rest = f"; {listing(left)} left as they are (not {' or '.join(action.states)})" if left else ""
+    print(
+        f"would {command} {plural(len(would), 'job')}{f' ({listing(would)})' if would else ''}"
+        f"{rest}; nothing changed (--dry-run)"
+    )
     return MasterExit.OK
 
 
 def jobs_cancel(ctx: Context) -> int:
+    which = filtered.chosen(ctx, "cancel")
+    if which is not None:
+        return filtered.run(ctx, "cancel", which)
+    if ctx.args.dry_run:
+        return _dry_run_ids(ctx, "cancel")
     with session(ctx) as conn, conn.transaction():
         result = control.cancel(conn, ctx.args.ids, history=ctx.config.history.enabled)
     if ctx.args.json:
@@ -285,18 +355,55 @@ def jobs_cancel(ctx: Context) -> int:
     return code
 
 
+def jobs_replay(ctx: Context) -> int:
+    which = filtered.chosen(ctx, "replay")
+    if which is not None:
+        return filtered.run(ctx, "replay", which)
+    if ctx.args.dry_run:
+        return _dry_run_ids(ctx, "replay")
+    ids = sorted(set(ctx.args.ids))
+    with session(ctx) as conn, conn.transaction():
+        replayed = maintenance.replay(conn, maintenance.ReplayFilter(ids=ids))
+    left = sorted(set(ids) - set(replayed.ids))
+    if ctx.args.json:
+        document = {"replayed": sorted(replayed.ids), "left": left}
+        print(json.dumps(document, indent=2))
+        return MasterExit.ERROR if left else MasterExit.OK
+    if replayed.ids:
+        print(f"replayed {listing(sorted(replayed.ids))}: attempts reset, due now")
+    if left:
+        return _fail(
+            f"not replayed: {listing(left)}: not a dead letter, gone, or its unique key is held"
+        )
+    return MasterExit.OK
+
+
 def jobs_retry(ctx: Context) -> int:
-    job_id = ctx.args.id
+    which = filtered.chosen(ctx, "retry")
+    if which is not None:
+        return filtered.run(ctx, "retry", which)
+    if ctx.args.dry_run:
+        return _dry_run_ids(ctx, "retry")
+    documents: list[dict[str, Any]] = []
+    codes = [_retry_one(ctx, job_id, documents) for job_id in dict.fromkeys(ctx.args.ids)]
+    if ctx.args.json:
+        # One id: its document, as before; several: one document listing each.
+        shown = documents[0] if len(documents) == 1 else {"jobs": documents}
+        print(json.dumps(shown, indent=2))
+    return max(codes)
+
+
+def _retry_one(ctx: Context, job_id: int, documents: list[dict[str, Any]]) -> int:
     with session(ctx) as conn, conn.transaction():
         moved = control.retry_now(conn, job_id)
         job = control.show_job(conn, job_id) if moved is None else None
-    if ctx.args.json:
-        document = {
+    documents.append(
+        {
             "id": job_id,
             "due_now": moved is not None,
             "state": "available" if moved is not None else (job.state if job else None),
         }
-        print(json.dumps(document, indent=2))
+    )
     if moved is not None:
         if not ctx.args.json:
             print(f"job {job_id} on queue {safe(moved.queue)} is due now (attempts kept)")
@@ -306,6 +413,6 @@ def jobs_retry(ctx: Context) -> int:
     if job.state == "discarded":
         return _fail(
             f"job {job_id} is discarded: put it back with "
-            f"`pgq-supervisor -c {ctx.config.path} dlq replay --id {job_id}`"
+            f"`pgq-supervisor -c {ctx.config.path} jobs replay {job_id}`"
         )
     return _fail(f"job {job_id} is {job.state}, not waiting: nothing to retry")

@@ -295,6 +295,14 @@ class Config:
         policy = self.jobs.get(kind)
         return policy if policy is not None else JobPolicy(kind)
 
+    def attempt_limit(self, kind: str, row_limit: int) -> int:
+        """The attempts a job really gets: its kind's jobs.KIND.max_attempts when set (the
+        supervisor retries by it), else the row's own. Every list, page and --json shows this
+        one figure, so "3/10" never stands beside "attempt 3 of 3: no attempts left"."""
+        policy = self.jobs.get(kind)
+        configured = policy.max_attempts if policy is not None else None
+        return configured if configured is not None else row_limit
+
     def external_kinds(self) -> list[str]:
         """Kinds declared ``effects: external`` (the requeue and the rescuer need them)."""
         return sorted(kind for kind, policy in self.jobs.items() if policy.external)

@@ -52,6 +52,7 @@ from supervisor.config.reader import Bad, Reader
 from supervisor.config.schedules import schedules
 from supervisor.config.units import format_duration, format_size
 from supervisor.config.web import web
+from supervisor.queue.dsn import parse_problem
 
 MiB = 2**20
 TiB = 2**40
@@ -255,6 +256,10 @@ def _dsn(reader: Reader, node: Node) -> str:
         raise Bad("is empty (an unset variable?); give a connection string or remove the key")
     if not isinstance(value, str):
         raise Bad("must be a connection string like postgresql://user@host/dbname")
+    problem = parse_problem(value)
+    if problem:
+        # Here, not at the first connect: every verb (and `check`) stops on it with the key.
+        raise Bad(problem)
     return value
 
 

@@ -166,7 +166,7 @@ def spawn(
     inherited_fds: Callable[[], list[int]],
 ) -> Child:
     # Outcomes waiting to be written: at most a batch and what the threads hold besides.
-    board = Board(pool.threads, unrecorded=pool.batch + pool.threads)
+    board = Board(pool.threads, unrecorded=pool.batch + pool.threads, queues=len(pool.queues))
     wake_r, wake_w = os.pipe()
     report_r, report_w = os.pipe()
     for fd in (wake_r, wake_w, report_r, report_w):

@@ -84,15 +84,43 @@ class RunningJob:
 
 
 class Board:
-    def __init__(self, threads: int = 1, unrecorded: int = 0) -> None:
+    def __init__(self, threads: int = 1, unrecorded: int = 0, queues: int = 0) -> None:
         self.threads = threads
         # Room for the ids of jobs run but not yet recorded; more than this are not listed.
         self.unrecorded_room = unrecorded
         self._unrecorded_at = HEADER_WORDS + THREAD_WORDS * threads
-        self._map = mmap.mmap(-1, (self._unrecorded_at + 2 + unrecorded) * WORD)
+        # Then the pool's queue weights as a reload set them (a generation, then one word per
+        # queue in the pool's order): a weight-only reload reaches running children here.
+        self.queues = queues
+        self._weights_at = self._unrecorded_at + 2 + unrecorded
+        self._map = mmap.mmap(-1, (self._weights_at + 1 + queues) * WORD)
         self._u = memoryview(self._map).cast("Q")
         self._d = memoryview(self._map).cast("d")
         self._next_cancel = 0  # the master's: which cancel word to overwrite when all are taken
+
+    # -- the weights: written by the master, read by the child ------------------------------
+
+    def set_weights(self, weights: list[int]) -> None:
+        """The master's: new weights for the pool's queues, in its order; the generation moves
+        after them, so a child that sees the new generation reads the new weights."""
+        if len(weights) != self.queues:
+            raise ValueError(f"{len(weights)} weights for a board of {self.queues} queues")
+        for i, weight in enumerate(weights):
+            self._u[self._weights_at + 1 + i] = weight
+        self._u[self._weights_at] += 1
+
+    def weights_generation(self) -> int:
+        """0 until a reload changed the weights; then how many times it did."""
+        return int(self._u[self._weights_at]) if self.queues else 0
+
+    def weights(self) -> list[int]:
+        while True:  # the master may be writing: read until the generation held still
+            before = self._u[self._weights_at]
+            found = [
+                int(w) for w in self._u[self._weights_at + 1 : self._weights_at + 1 + self.queues]
+            ]
+            if self._u[self._weights_at] == before:
+                return found
 
     # -- written by the child --------------------------------------------------------------
 

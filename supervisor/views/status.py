@@ -120,6 +120,8 @@ class Status:
     limits: LimitsView = field(default_factory=LimitsView)
     # What attempts cost over the last hour (history kept): per kind and per queue and tenant.
     costs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # (queue, kind, waiting, dead letters) of kinds no handler of the config serves.
+    unhandled: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -130,6 +132,13 @@ class Status:
                 f"queue {safe(queue_name)}: {_jobs(count)} of kind {safe(kind)} with outcome "
                 f"unknown (effects: external): {hook}decide with `jobs list --state unknown` "
                 "and `jobs resolve ID --as completed|retry|discarded`"
+            )
+        for queue_name, kind, waiting, dead in self.unhandled:
+            found.append(
+                f"queue {safe(queue_name)}: {_count_of(waiting, dead)} of kind {safe(kind)}, "
+                f"which no handler in {self.config_path} serves (retried until their attempts "
+                f"run out): add it under handlers:, or cancel them with `jobs cancel --kind "
+                f"{safe(kind)}`"
             )
         for q in self.queues:
             if q.late:
@@ -160,6 +169,22 @@ class Status:
         for c in self.doctor:
             found.append(f"{c.name}: {c.detail}; fix: {c.fix} (more: `doctor`)")
         return found
+
+
+def _count_of(waiting: int, dead: int) -> str:
+    parts = [f"{waiting} job{'' if waiting == 1 else 's'} waiting"] if waiting else []
+    if dead:
+        parts.append("1 dead letter" if dead == 1 else f"{dead} dead letters")
+    return " and ".join(parts)
+
+
+def unhandled_kinds(rows: Iterable[Sequence[Any]]) -> list[tuple[str, str, int, int]]:
+    """The rows of the unhandled_kinds query (sql/operator.sql), for Status.unhandled."""
+    return [(queue, kind, int(waiting), int(dead)) for queue, kind, waiting, dead in rows]
+
+
+# Rows of each state the unhandled_kinds query samples (its counts are lower bounds past it).
+UNHANDLED_SAMPLE = 1_000
 
 
 def share(pool: PoolConfig, queue: str) -> float:
@@ -202,6 +227,12 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile),
         limits=limits_view.gather(conn, config),
         costs=_costs(conn) if config.history.enabled else {},
+        unhandled=unhandled_kinds(
+            conn.execute(
+                query("unhandled_kinds"),
+                {"kinds": sorted(config.handlers), "cap": UNHANDLED_SAMPLE},
+            ).fetchall()
+        ),
     )
 
 
@@ -319,6 +350,10 @@ def to_json(status: Status) -> dict[str, Any]:
         ],
         "schedules": schedules.to_json(status.schedules),
         "unknown": [{"queue": q, "kind": k, "jobs": n} for q, k, n in status.unknown],
+        "unhandled_kinds": [
+            {"queue": q, "kind": k, "waiting": w, "dead_letters": d}
+            for q, k, w, d in status.unhandled
+        ],
         "limits": limits_view.to_json(status.limits),
         "busiest_tenants": limits_view.tenants_json(status.limits),
         "cost_last_hour": status.costs,

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
-from supervisor.web import doctor_page, jobpage, reads
+from supervisor.web import controls, doctor_page, jobpage, reads
 from supervisor.web.site import REFRESH_CHOICES, REFRESH_COOKIE, Site, duration, root_path
 
 log = logging.getLogger("pgq.web")
@@ -52,7 +52,8 @@ def queue_page(site: Site) -> Callable[[Request], Awaitable[Response]]:
         page = await reads.queue_jobs(
             site.pool, name, state, _text(request, "kind"), _page(request)
         )
-        return site.render(request, "queue.html", view=page, states=STATES)
+        refusal = await controls.unserved(site, name)
+        return site.render(request, "queue.html", view=page, states=STATES, unserved=refusal)
 
     return queue
 
@@ -61,6 +62,13 @@ def routes(site: Site) -> list[Route]:
     async def overview(request: Request) -> Response:
         data = await reads.overview(site.pool, site.config, site.database, site.throughput)
         return site.render(request, "overview.html", view=data)
+
+    async def go_to_job(request: Request) -> Response:
+        # The header's job-id box: "#4711", " 4711 " and "4711" all go to job 4711.
+        typed = request.query_params.get("id", "").strip().lstrip("#").strip()
+        if not typed.isdigit() or not 0 < int(typed) < 2**63:
+            raise HTTPException(400, f"a job id is a positive whole number, got {typed[:40]!r}")
+        return RedirectResponse(f"{root_path(request)}/jobs/{int(typed)}", status_code=303)
 
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -121,6 +129,7 @@ def routes(site: Site) -> list[Route]:
 
     return [
         Route("/", overview),
+        Route("/jobs/go", go_to_job),
         Route("/refresh", refresh),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),

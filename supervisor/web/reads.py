@@ -34,12 +34,14 @@ from supervisor.views import schedules
 from supervisor.views.schedules import ScheduleRow
 from supervisor.views.status import (
     COST_WINDOW,
+    UNHANDLED_SAMPLE,
     QueueRow,
     Status,
     SupervisorView,
     add_progress,
     running_job_ids,
     supervisors_from,
+    unhandled_kinds,
 )
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
 
@@ -181,6 +183,13 @@ async def overview(
             UnknownJob(**r)
             for r in await fetch(conn, query("list_unknown"), {"limit": UNKNOWN_ROWS})
         ]
+        unhandled: list[tuple[str, str, int, int]] = []
+        if config is not None:  # without the YAML nobody here knows which kinds are served
+            params = {"kinds": sorted(config.handlers), "cap": UNHANDLED_SAMPLE}
+            rows = await fetch(conn, query("unhandled_kinds"), params)
+            unhandled = unhandled_kinds(
+                (r["queue"], r["kind"], r["waiting"], r["dead"]) for r in rows
+            )
         batches = [
             BatchStatus(**r)
             for r in await fetch(conn, query("recent_batches"), {"limit": BATCH_ROWS})
@@ -199,6 +208,7 @@ async def overview(
         supervisors=supervisors,
         schedules=schedules.rows(config, records, now) if config else [],
         unknown=unknown_counts,
+        unhandled=unhandled,
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile)
         if config
         else frozenset(),
