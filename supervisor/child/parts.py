@@ -13,6 +13,7 @@ import time
 from supervisor.child.claimer import Claimer
 from supervisor.child.completer import Completer
 from supervisor.child.executor import Executor
+from supervisor.child.fair_cost import CostFairness
 from supervisor.child.limits import Limits
 from supervisor.child.process import ChildProcess, drain
 from supervisor.child.questions import Questions
@@ -59,9 +60,15 @@ class Parts:
             lease_check=self.lease_held,
             cancel_check=self.cancel_requested,
             interruptible_thread=0 if spec.pool.threads == 1 else None,
+            ask=self.questions.ask,
         )
         self.process.executor = self.executor
         self.completer.returned = self.executor.returned
+        self.completer.costs = self.executor.costs
+        fair = spec.config.fair_by_cost & set(spec.pool.queues)
+        if fair:
+            fairness = CostFairness(self.claimer.tenants, spec.config.tenants, frozenset(fair))
+            self.executor.on_cost = fairness.observe
         self.completer.on_written = self.executor.written
 
     def held(self) -> list[int]:

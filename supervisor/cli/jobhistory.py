@@ -16,9 +16,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from supervisor.cli import costs_view
 from supervisor.cli.session import cli_query
 from supervisor.cli.verbs import Context
 from supervisor.queue.control import errors_of
+from supervisor.queue.costs import AttemptCost
+from supervisor.queue.progress import Progress
 from supervisor.shared.exits import MasterExit
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block
 
@@ -66,6 +69,8 @@ def show(
     now: datetime,
     result: Any = None,
     step: dict[str, Any] | None = None,
+    spent: list[AttemptCost] | None = None,
+    said: Progress | None = None,
 ) -> int:
     """A job gone from pgq.jobs, from its history rows (newest first), with what its handler
     returned when that is kept (``result``) and the workflow it is a step of (``step``)."""
@@ -86,6 +91,8 @@ def show(
             "args": None,
             "args_kept": False,
             "workflow": step,
+            **costs_view.to_json(spent or []),
+            "progress": said.to_json() if said is not None else None,
         }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -118,6 +125,8 @@ def show(
         for e in errors:
             first = (e.error or "").strip().splitlines()[-1:] or [""]
             lines.append(f"  attempt {e.attempt} at {clock_time(e.at)}: {safe(first[0])}")
+    lines += costs_view.progress_lines(said, now)
+    lines += costs_view.lines(spent or [])
     if result is not None:
         text = json.dumps(result, indent=2, ensure_ascii=False, sort_keys=True)
         lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from supervisor.cli import filtered, jobhistory
+from supervisor.cli import costs_view, filtered, jobhistory
 from supervisor.cli.dlq import telling_line
 from supervisor.cli.jobhistory import attempt_limit
 from supervisor.cli.operator import parse_json_object
@@ -27,7 +27,7 @@ from supervisor.cli.session import (
 from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.crypto import mask
 from supervisor.crypto.search import protected_keys, search_problem
-from supervisor.queue import bulk, control, maintenance, unknown, workflows
+from supervisor.queue import bulk, control, costs, maintenance, progress, unknown, workflows
 from supervisor.shared.exits import MasterExit
 from supervisor.shared.redact import shown
 from supervisor.shared.words import plural
@@ -206,10 +206,12 @@ def jobs_show(ctx: Context) -> int:
         kept = _kept_result(conn, ctx.args.id)
         step = workflows.job_workflow(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
+        spent = costs.job_costs(conn, ctx.args.id)
+        said = progress.read(conn, [ctx.args.id]).get(ctx.args.id)
     if job is not None:
         job = shown(job, ctx.config.web.redact)
     if job is None and history:
-        return jobhistory.show(ctx, ctx.args.id, history, now, kept, step)
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept, step, spent, said)
     if job is None and kept is not None:
         return _show_completed(ctx, kept, step)
     if job is None:
@@ -222,6 +224,8 @@ def jobs_show(ctx: Context) -> int:
         document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
         document["workflow"] = step
+        document.update(costs_view.to_json(spent))
+        document["progress"] = said.to_json() if said is not None else None
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -250,6 +254,7 @@ def jobs_show(ctx: Context) -> int:
             "  outcome     unknown: its kind has effects outside the database; check there, "
             f"then `jobs resolve {job.id} --as completed|retry|discarded`"
         )
+    lines += costs_view.progress_lines(said, now)
     if job.state == "running":
         where = f"worker {safe(job.locked_by)}"
         if job.pool is not None:
@@ -260,6 +265,7 @@ def jobs_show(ctx: Context) -> int:
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
     lines += _earlier_errors(control.errors_of(job.errors))
+    lines += costs_view.lines(spent)
     if kept is not None:
         text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
         lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]

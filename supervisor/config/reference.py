@@ -40,7 +40,8 @@ HELP = {
     "database.listen_dsn": "with a pooler: a direct connection used only for LISTEN",
     "handlers.<kind>": 'job kind -> "module:function"; the only way a kind maps to code',
     "pools.<pool>.queues.<queue>": "the queue's weight in the pool (its share of the claims)",
-    "pools.<pool>.processes": "children forked for the pool",
+    "pools.<pool>.processes": "children forked for the pool; {min, max} makes it elastic "
+    "(target_wait, quiet, weight: docs/elastic-pools.md)",
     "pools.<pool>.threads": "handler threads inside each child (I/O-bound handlers)",
     "pools.<pool>.batch": "jobs claimed per round trip",
     "pools.<pool>.memory_limit": "soft: checked between jobs; over it the child exits and is "

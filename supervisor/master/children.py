@@ -128,6 +128,9 @@ class Slot:
     crashes: int = 0
     next_spawn: float = 0.0
     last_failure: str = ""
+    # An elastic pool's slot it shrank away: never refilled, its child (if any) draining, and
+    # the first slot taken again when the pool grows.
+    retired: bool = False
 
     def child_exited(self, child: Child, reason: ExitReason) -> float:
         """Update the slot's record; returns the delay before refilling it."""

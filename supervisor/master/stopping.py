@@ -71,6 +71,7 @@ class Stopping:
             "history": new.history != self.config.history,
             "tenants": new.tenants != self.config.tenants,
             "encryption keys": keys_changed,  # children open and seal with their fork's keys
+            "fairness": new.fair_by_cost != self.config.fair_by_cost,
         }
         shared_changed = any(shared.values())
         if shared_changed:

@@ -50,6 +50,8 @@ class JobContext:
     # away, the child's main thread too busy to ask): the last known answer then stands.
     _check_lease: Callable[[], bool | None] | None = field(default=None, repr=False)
     _check_cancel: Callable[[], bool | None] | None = field(default=None, repr=False)
+    # Where progress goes (supervisor.queue.progress.Reporter.report); None: nowhere.
+    _report_progress: Callable[[float, str | None], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._lease = _Latch(value=True)
@@ -78,6 +80,14 @@ class JobContext:
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Say how far the job is (0 to 1) and, optionally, at what: shown by `jobs show`
+        and the dashboard while it runs, and kept after it. Cheap enough to call per page:
+        the value reaches the database at most about once a second. A fraction outside 0-1
+        raises ValueError."""
+        if self._report_progress is not None:
+            self._report_progress(fraction, message)
 
     def time_left(self) -> float | None:
         """Seconds until the kind's timeout kills this job, or None without a timeout."""
