@@ -20,9 +20,10 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 
+from supervisor.queue import claim_builder
 from supervisor.queue.job import Job
 from supervisor.queue.outcomes import Settlement
-from supervisor.queue.queries import native, query
+from supervisor.queue.queries import query
 
 DEFAULT_LEASE_SECONDS = 60.0
 # queue -> tenant -> weight, for the tenants whose weight is not 1 (the YAML's `tenants:`).
@@ -209,6 +210,7 @@ def send_claim(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    variant: str = "claim",
     cursor: psycopg.RawCursor[Any] | None = None,
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``;
@@ -217,7 +219,8 @@ def send_claim(
     One statement claims for every queue in ``queues``, whatever their number. ``done`` are
     finished jobs to complete in the same statement, so a worker's batch costs one statement
     and one commit; in pipeline mode the cursor can also travel in one round trip (and one
-    transaction) with the batch's other outcomes."""
+    transaction) with the batch's other outcomes. ``variant``: which of the claim's statements
+    (``claim_builder.variant``; the default, with every step, is right for any claim)."""
     params = claim_params(
         queues,
         worker=worker,
@@ -229,22 +232,24 @@ def send_claim(
         tenant_weights=tenant_weights,
         cursors=cursors,
     )
-    return execute_claim(conn, params, cursor=cursor)
+    return execute_claim(conn, params, variant=variant, cursor=cursor)
 
 
 def execute_claim(
     conn: psycopg.Connection[Any],
     params: Mapping[str, Any],
     statement: tuple[str, tuple[str, ...]] | None = None,
+    *,
+    variant: str = "claim",
     cursor: psycopg.RawCursor[Any] | None = None,
 ) -> psycopg.Cursor[Any]:
     """Run the claim with ``claim_params``'s parameters, sent with the statement's own ``$n``
-    placeholders (``queries.native``: psycopg would parse its text again at every run).
+    placeholders (``claim_builder.native``: psycopg would parse its text again at every run).
     ``statement``: another claim's text in that form (``queries.native_text``; the benchmarks'
     earlier claims). ``cursor``: a cursor of ``conn`` to run it on, read before the next claim
     is sent on it (a child keeps one: a new cursor builds its column loaders afresh at every
     claim); a cursor of another connection is not used."""
-    text, names = statement or native("claim")
+    text, names = statement or claim_builder.native(variant)
     if cursor is None or cursor.connection is not conn:
         cursor = psycopg.RawCursor(conn)
     return cursor.execute(encoded(text), [params[name] for name in names])
@@ -263,11 +268,13 @@ class Claimed:
     """What a claim statement did: the jobs it claimed, in the order to run them, and which of
     the finished jobs it carried were still ours. ``limit_wait`` is set when the queue's limits
     held every job back: seconds until its next rate token is due, or -1 when it waits for a
-    concurrency slot (see docs/limits.md)."""
+    concurrency slot (see docs/limits.md). ``limits_found``: a claim variant without limits
+    found that a limit exists now, and claimed nothing (send the claim with limits)."""
 
     jobs: list[Job]
     completed: Fenced
     limit_wait: float | None = None
+    limits_found: bool = False
 
 
 def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
@@ -277,7 +284,7 @@ def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed
     # scripts/benchmarks/benchlib/earlier_claims.sql) with fewer job columns and no limit_wait.
     result = cursor.pgresult
     assert result is not None, "read_claim needs the claim's cursor, executed"
-    at, wait_at = _reply_columns(tuple(map(result.fname, range(result.nfields))))
+    at, wait_at, found_at = _reply_columns(tuple(map(result.fname, range(result.nfields))))
     last = rows[-1]
     if len(rows) == 1:
         jobs = []
@@ -286,17 +293,21 @@ def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed
         if len(jobs) > 1:
             jobs.sort(key=_claim_order)
     wait = last[wait_at] if wait_at is not None else None
-    return Claimed(jobs, _split(done, last[at] or ()), wait)
+    found = bool(last[found_at]) if found_at is not None else False
+    return Claimed(jobs, _split(done, last[at] or ()), wait, found)
 
 
 @lru_cache(maxsize=16)
-def _reply_columns(names: tuple[bytes | None, ...]) -> tuple[int, int | None]:
-    """Where a claim's reply holds ``completed`` and ``limit_wait``, from its column names:
-    read from the result itself, which cursor.description would wrap in a Column object each
-    (16 a claim, more than the rest of reading a batch of one)."""
+def _reply_columns(names: tuple[bytes | None, ...]) -> tuple[int, int | None, int | None]:
+    """Where a claim's reply holds ``completed``, ``limit_wait`` and ``limits_found``, from its
+    column names: read from the result itself, which cursor.description would wrap in a Column
+    object each (16 a claim, more than the rest of reading a batch of one)."""
     found = [name.decode() if name is not None else "" for name in names]
-    wait = found.index("limit_wait") if "limit_wait" in found else None
-    return found.index("completed"), wait
+
+    def where(name: str) -> int | None:
+        return found.index(name) if name in found else None
+
+    return found.index("completed"), where("limit_wait"), where("limits_found")
 
 
 def _claim_order(job: Job) -> tuple[int, datetime, int]:

@@ -77,4 +77,17 @@ def test_a_cancel_is_seen_by_job() -> None:
     assert not board.is_cancelled(11)
     board.cancel_job(11)
     assert board.is_cancelled(11) and not board.is_cancelled(12)
+
+
+def test_the_claims_held_round_trip_and_say_when_they_do_not_fit() -> None:
+    """The master renews what a child shows here (services/leases.py); a list that does not
+    fit says so, and the master renews that child by worker identity instead."""
+    board = Board(threads=1, unrecorded=2, held=3)
+    assert board.held() == []  # nothing published yet: nothing held
+    board.set_held([(11, 101), (12, 102)])
+    assert board.held() == [(11, 101), (12, 102)]
+    board.set_held([(n, n) for n in range(4)])
+    assert board.held() is None
+    board.set_held([])
+    assert board.held() == []
     board.close()

@@ -1,6 +1,7 @@
 """The database's own limit: our claim-and-complete SQL driven by pgbench, with no Python.
 
-Two shapes, both from the ``claim`` statement of sql/claim.sql (taken at run time; only its
+Two shapes, both from the claim a child sends for the batch on a database without limits
+(``claim_builder.variant``, taken at run time; only its
 parameters are replaced: literals for the queue, worker, lease and batch size, and pgbench
 variables for the claimed ids, which each claim hands on through ``\\gset`` after its final
 SELECT is replaced by one that folds the claimed rows into two arrays):
@@ -43,6 +44,7 @@ from typing import Any
 
 from psycopg import conninfo
 
+from supervisor.queue import claim_builder
 from supervisor.queue.jobs import claim_params
 from supervisor.queue.migrations import migrate
 from supervisor.queue.queries import query
@@ -126,7 +128,9 @@ def pgbench_script(
     empty = "'{}'"
     values = claim_values(batch, history=history)
     nothing = claim_values(0, history=history) | {"queues": "'{}'", "resume": "'{}'"}
-    statement = query("claim")
+    # The variant a child sends for this batch on a database without limits (the child's
+    # first claims; claim_builder.variant), so that both sides run the same statement.
+    statement = query(claim_builder.variant(limits=False, batch=batch))
     final = _FINAL_SELECT.search(statement)
     assert final is not None, "the claim statement has no final SELECT"
     folding = statement[: final.start()] + FOLD_CLAIMED.format(quote=quote)
