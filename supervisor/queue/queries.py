@@ -35,7 +35,7 @@ def parse(text: str, where: str = "sql/") -> dict[str, str]:
     ``where`` names the file in errors."""
     matches = list(_NAME.finditer(text))
     queries: dict[str, str] = {}
-    for match, following in zip(matches, [*matches[1:], None], strict=True):
+    for match, following in zip(matches, [*matches[1:], None][: len(matches)], strict=True):
         end = following.start() if following else len(text)
         body = text[match.end() : end].strip()
         statement = "\n".join(
@@ -51,9 +51,9 @@ def parse(text: str, where: str = "sql/") -> dict[str, str]:
 
 
 def query_files() -> list[Path]:
-    """Every file of named queries: the ``*.sql`` files directly in sql/ (not the migrations,
-    the functions or the optional and role scripts in its folders)."""
-    return sorted(sql_dir().glob("*.sql"))
+    """Every file of named queries: the ``*.sql`` files directly in sql/ but schema.sql (not the
+    migrations, the functions or the optional and role scripts in its folders)."""
+    return sorted(path for path in sql_dir().glob("*.sql") if path.name != "schema.sql")
 
 
 def merge(files: list[Path]) -> dict[str, str]:
