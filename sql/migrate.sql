@@ -21,7 +21,10 @@ CREATE TABLE IF NOT EXISTS pgq.schema_functions (
 SELECT to_regclass('pgq.schema_migrations') IS NOT NULL;
 
 -- name: functions_table_exists
-SELECT to_regclass('pgq.schema_functions') IS NOT NULL;
+-- Whether the record of the functions exists, and whether this role may read it (a
+-- least-privilege role granted before the table came cannot: it cannot apply them either).
+SELECT to_regclass('pgq.schema_functions') IS NOT NULL,
+       coalesce(has_table_privilege(to_regclass('pgq.schema_functions'), 'SELECT'), false);
 
 -- name: recorded_functions
 -- Which text of each function is in place, and which release put it there.

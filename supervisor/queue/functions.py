@@ -48,11 +48,16 @@ def available_functions() -> list[FunctionFile]:
     ]
 
 
-def recorded(conn: psycopg.Connection[Any], queries: dict[str, str]) -> dict[str, tuple[str, int]]:
-    """{name: (digest, schema_version)} of the functions in place (empty before any)."""
-    exists = conn.execute(queries["functions_table_exists"]).fetchone()
-    if not exists or not exists[0]:
+def recorded(
+    conn: psycopg.Connection[Any], queries: dict[str, str]
+) -> dict[str, tuple[str, int]] | None:
+    """{name: (digest, schema_version)} of the functions in place (empty before any); None when
+    this role may not read the record."""
+    row = conn.execute(queries["functions_table_exists"]).fetchone()
+    if not row or not row[0]:
         return {}
+    if not row[1]:
+        return None
     return {name: (digest, v) for name, digest, v in conn.execute(queries["recorded_functions"])}
 
 
@@ -60,8 +65,11 @@ def due(
     conn: psycopg.Connection[Any], queries: dict[str, str], release: int, *, every: bool = False
 ) -> list[FunctionFile]:
     """The function files to apply: every one (``every``: a migration ran) or those whose text
-    is not the one in place; none when a newer release applied them."""
+    is not the one in place; none when a newer release applied them, or when this role may not
+    read what is in place (it could not apply them either: a least-privilege role's check)."""
     found = recorded(conn, queries)
+    if found is None:
+        return []
     newest = max((v for _, v in found.values()), default=0)
     if release < newest:
         return []

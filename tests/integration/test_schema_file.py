@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from supervisor.queue import functions, migrations
 from supervisor.queue.migrations import Migration, MigrationOrderError, migrate
@@ -208,3 +211,26 @@ def test_an_older_release_leaves_newer_functions_alone(dsn: str) -> None:
 def test_the_tool_that_regenerates_the_schema_is_where_the_file_says() -> None:
     assert (ROOT / "scripts" / "tools" / "schema_sql.py").is_file()
     assert "scripts/tools/schema_sql.py" in (sql_dir() / "schema.sql").read_text(encoding="utf-8")
+
+
+def test_a_role_that_may_not_read_the_functions_record_still_finds_the_schema_up_to_date(
+    dsn: str,
+) -> None:
+    """A least-privilege role granted before pgq.schema_functions existed cannot read it: its
+    supervisor still starts (migrate finds nothing to do) instead of failing on the record."""
+    role = f"pgq_t_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("GRANT USAGE ON SCHEMA pgq TO {}").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("GRANT SELECT ON pgq.schema_migrations TO {}").format(sql.Identifier(role))
+        )
+    try:
+        as_role = make_conninfo(dsn, user=role)
+        with psycopg.connect(as_role, autocommit=True) as conn:
+            assert migrations.functions_due(conn) == []
+        assert migrate(as_role) == []
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
