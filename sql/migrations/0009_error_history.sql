@@ -32,4 +32,4 @@ CREATE INDEX job_history_id ON pgq.job_history (id);
 -- unchanged when `error` is null (a write that keeps last_error). A single SELECT without SET
 -- or STRICT, so the planner inlines it into the statements that call it. The 24 in the path
 -- keeps 24 old entries beside the new one; jsonpath's lax mode clamps it for shorter arrays.
--- pgq.error_kept: its definition is sql/functions/error_kept.sql (applied after the migrations).
+-- pgq.error_kept: its definition from here on is sql/functions/error_kept.sql (applied after the migrations).

@@ -52,10 +52,51 @@ ALTER TABLE pgq.jobs ADD COLUMN batch jsonb;
 -- Enqueues batch `b`'s `then` job (the caller holds the batch row's lock) with the counts
 -- summed over its shards, and marks the batch finished. Returns the new job's id (null when the
 -- batch has no `then` job).
--- pgq.batch_finish: its definition is sql/functions/batch_finish.sql (applied after the migrations).
+CREATE FUNCTION pgq.batch_finish(b bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    spec    pgq.batches%ROWTYPE;
+    counts  jsonb;
+    job_id  bigint;
+BEGIN
+    SELECT * INTO spec FROM pgq.batches WHERE id = b;
+    IF spec.finished_at IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT jsonb_build_object(
+               'id', b,
+               'total', spec.total,
+               'completed', coalesce(sum(s.completed), 0),
+               'discarded', coalesce(sum(s.discarded), 0),
+               'cancelled', coalesce(sum(s.cancelled), 0))
+    INTO counts
+    FROM pgq.batch_shards AS s
+    WHERE s.batch_id = b;
+    IF spec.then_kind IS NOT NULL THEN
+        INSERT INTO pgq.jobs (queue, kind, args, priority, max_attempts, run_at, state, batch)
+        VALUES (spec.then_queue, spec.then_kind, spec.then_args, spec.then_priority,
+                spec.then_max_attempts, now() + make_interval(secs => spec.then_delay),
+                CASE WHEN spec.then_delay > 0 THEN 'scheduled' ELSE 'available' END, counts)
+        RETURNING id INTO job_id;
+        IF spec.then_delay > 0 THEN
+            PERFORM pg_notify('pgq_scheduled', '');
+        ELSE
+            PERFORM pg_notify('pgq_jobs', spec.then_queue);
+        END IF;
+    END IF;
+    UPDATE pgq.batches
+    SET finished_at = now(),
+        then_job_id = job_id
+    WHERE id = b;
+    RETURN job_id;
+END;
+$$;
 
 -- Counts members that ended: job_ids[i] of batch batch_ids[i] ended as outcomes[i]
 -- ('completed', 'discarded' or 'cancelled'); entries with a null batch are ignored. Called by
 -- every statement that ends jobs (complete, settle, requeue, rescue, cancel, resolve), only
 -- when one of its jobs belongs to a batch. Returns how many batches it finished.
--- pgq.batch_ended: its definition is sql/functions/batch_ended.sql (applied after the migrations).
+-- pgq.batch_ended: its definition from here on is sql/functions/batch_ended.sql (applied after the migrations).

@@ -12,6 +12,6 @@
 -- REPLACE: callers and grants are kept). A supervisor of the previous release notifies for
 -- every job for later, as before.
 
--- pgq.wakes_stagers: its definition is sql/functions/wakes_stagers.sql (applied after the migrations).
+-- pgq.wakes_stagers: its definition from here on is sql/functions/wakes_stagers.sql (applied after the migrations).
 
--- pgq.enqueue: its definition is sql/functions/enqueue.sql (applied after the migrations).
+-- pgq.enqueue: its definition from here on is sql/functions/enqueue.sql (applied after the migrations).

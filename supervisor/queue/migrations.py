@@ -142,12 +142,17 @@ def pending(
 
 
 def release_version() -> int:
-    """The highest migration this package ships: the release's place in the schema's history."""
-    return max((m.version for m in available()), default=0)
+    """The highest migration of the tree (sql/migrations/, read directly): the release's place
+    in the schema's history, which its function files belong to."""
+    found = (_FILE.match(entry.name) for entry in (sql_dir() / "migrations").iterdir())
+    return max((int(match["version"]) for match in found if match), default=0)
 
 
 def functions_due(conn: psycopg.Connection[Any]) -> list[functions.FunctionFile]:
-    """The function files whose text is not the one in place (read only)."""
+    """The function files whose text is not the one in place (read only); none while the
+    database lacks the release's migrations (they are what is due)."""
+    if max(applied_versions(conn), default=0) < release_version():
+        return []
     return functions.due(conn, _queries(), release_version())
 
 
@@ -219,8 +224,12 @@ class _Runner:
             conn.execute(_q("migration_xact_lock"), {"key": locks.MIGRATE})
             conn.execute(_q("migrations_bootstrap"))
             release = release_version()
-            todo = functions.due(conn, _queries(), release, every=every)
-            functions.apply(conn, _queries(), todo, release)
+            todo: list[functions.FunctionFile] = []
+            # The files are the release's: they need its whole schema (a database brought only
+            # to an earlier migration, as a test of an older release does, keeps its bodies).
+            if max(applied_versions(conn), default=0) >= release:
+                todo = functions.due(conn, _queries(), release, every=every)
+                functions.apply(conn, _queries(), todo, release)
         if todo:
             log.info("applied functions %s", ", ".join(f.name for f in todo))
 
