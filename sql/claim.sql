@@ -107,7 +107,7 @@ allowance AS (
     )
 ),
 next AS (
-    SELECT pick.id, pool.queue
+    SELECT pick.id, pool.queue, pick.nth
     -- Nothing may sit between the unnest and the LATERAL: the queues must reach it in the
     -- order given (a join with pgq.queue_pauses here was hashed in generic plans, which
     -- reordered them), so the pause check is the walk's first condition.
@@ -238,6 +238,9 @@ next AS (
         -- tenants had fewer jobs than their share): more from each, past what pass 1 took.
         -- Each starts at the key the walk found (kp, kr, ki): the rest of that priority, then
         -- the lower ones, so no pick walks again what the walk's probe walked.
+        -- nth: the order the walk found them in, which capped keeps (issue 30).
+        SELECT u.id, row_number() OVER () AS nth
+        FROM (
         SELECT p.id
         FROM quota AS v
         CROSS JOIN LATERAL (
@@ -296,6 +299,7 @@ next AS (
             OFFSET v.jobs
             LIMIT v.room - v.jobs
         ) AS p
+        ) AS u
     ) AS pick
     LIMIT %(limit)s
 ),
@@ -310,7 +314,11 @@ capped AS (
     UNION ALL
     SELECT x.id
     FROM allowance AS a
-    CROSS JOIN LATERAL (SELECT n.id FROM next AS n WHERE n.queue = a.queue LIMIT a.allowed) AS x
+    -- The first of what the walk found, in its order (nth). A bare LIMIT kept any of the
+    -- locked rows: a tenant's later job before its earlier one, whose cursor then moved past
+    -- the earlier one, left waiting until the rotation came round again (issue 30).
+    CROSS JOIN LATERAL (SELECT n.id FROM next AS n WHERE n.queue = a.queue AND n.nth <= a.allowed)
+        AS x
 ),
 claimed AS (
     UPDATE pgq.jobs AS j

@@ -7,8 +7,8 @@
 -- name: replay
 -- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
 -- caller must give at least one (or say all): ids, kind, queue, finished before a time.
--- A dead letter whose unique key is held again (by a waiting or running job, or by a newer dead
--- letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
+-- A dead letter whose unique key is held again (by a waiting, running or unknown job, or by a
+-- newer dead letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
 -- every matching dead letter: replayed true with its queue, or replayed false with its key.
 WITH locked AS (
     SELECT id, unique_key, finished_at
@@ -35,7 +35,8 @@ replayable AS (
                SELECT 1
                FROM pgq.jobs AS holder
                WHERE holder.unique_key = m.unique_key
-                 AND holder.state IN ('available', 'running', 'scheduled')
+                 AND holder.state IN ('available', 'running', 'scheduled', 'unknown')
+                 AND holder.id > 0
            ))
 ),
 replayed AS (

@@ -6,7 +6,8 @@
 
 -- name: enqueue
 -- Inserts one job through the caller's connection. A unique key that is already held by a
--- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
+-- waiting (available or scheduled), running or unknown job inserts nothing and returns no row
+-- (`id > 0`, always true, makes both unique indexes the arbiters: migration 0041 says why). A job
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
 -- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10
 -- s; they look once a second anyway); a job due now wakes its queue's workers (pgq_jobs), but
@@ -35,6 +36,7 @@ WITH inserted AS (
     ) AS t
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+          AND id > 0
     DO NOTHING
     RETURNING id, queue, state, run_at
 )
@@ -52,18 +54,23 @@ SELECT
 FROM inserted;
 
 -- name: job_by_unique_key
--- The job that holds a unique key, when an enqueue with that key inserted nothing.
+-- The job that holds a unique key, when an enqueue with that key inserted nothing: waiting,
+-- running or unknown (jobs_unique_key_held, 0041). Every holder look-up names 'unknown': the
+-- insert's arbiter counts it, so a look-up without it would find no holder and the enqueue
+-- would try again forever.
 SELECT id
 FROM pgq.jobs
 WHERE unique_key = %(unique_key)s
-  AND state IN ('available', 'running', 'scheduled');
+  AND state IN ('available', 'running', 'scheduled', 'unknown')
+  AND id > 0;
 
 -- name: jobs_by_unique_keys
 -- The jobs that hold any of these unique keys (bulk enqueue's duplicates).
 SELECT unique_key, id
 FROM pgq.jobs
 WHERE unique_key = ANY(%(unique_keys)s::text[])
-  AND state IN ('available', 'running', 'scheduled');
+  AND state IN ('available', 'running', 'scheduled', 'unknown')
+  AND id > 0;
 
 -- name: enqueue_many
 -- Inserts many jobs in one statement from parallel arrays. Duplicated unique keys insert
@@ -110,6 +117,7 @@ WITH inserted AS (
     ORDER BY t.unique_key COLLATE "C" NULLS LAST, t.ord
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+          AND id > 0
     DO NOTHING
     RETURNING id, unique_key, state, queue, run_at
 )

@@ -80,13 +80,15 @@ FROM pgq.jobs
 WHERE id = %(id)s;
 
 -- name: list_jobs
--- Jobs in any state, newest first, up to %(limit)s; every filter is optional (null means any).
+-- Jobs in any state, newest first, up to %(limit)s; every filter is optional (null means any);
+-- %(args)s is a JSON object the job's arguments contain.
 SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, locked_by, cancel_requested_at, last_error
 FROM pgq.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
 ORDER BY id DESC
 LIMIT %(limit)s;
 

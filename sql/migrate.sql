@@ -71,12 +71,15 @@ ON CONFLICT (version) DO NOTHING;
 
 -- name: invalid_pgq_indexes
 -- Indexes of schema pgq left invalid by an interrupted CREATE INDEX CONCURRENTLY: dropped and
--- built again when their migration runs again (IF NOT EXISTS would keep the broken one).
+-- built again when their migration runs again (IF NOT EXISTS would keep the broken one). A
+-- partitioned index (relkind 'I') is not one: it is invalid only until every partition's index
+-- is attached (0041 attaches them one by one), and cannot be dropped concurrently.
 SELECT n.nspname, c.relname
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgq'
+  AND c.relkind = 'i'
   AND NOT i.indisvalid;
 
 -- name: drop_invalid_index

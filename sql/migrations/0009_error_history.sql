@@ -21,12 +21,10 @@ ALTER TABLE pgq.jobs ADD COLUMN errors jsonb;
 -- it through LIKE.
 ALTER TABLE pgq.job_history ADD COLUMN errors jsonb;
 
--- A job's page looks a finished job up by id. Created on the parent, the index is built on
--- every partition (taking each one's SHARE lock while it builds, so history writes wait for
--- that partition's build: a day's rows), and ATTACH PARTITION in
--- pgq.ensure_history_partitions builds it on each new partition before attaching it.
--- Not unique: a dead letter replayed and then completed has two rows.
-CREATE INDEX job_history_id ON pgq.job_history (id);
+-- A job's page looks a finished job up by id: that index (job_history_id) is built by 0041, one
+-- partition at a time. It was built here, inside this transaction, after the ADD COLUMN above
+-- took pgq.jobs' exclusive lock: on an upgrade from 0008 or earlier, every enqueue, claim and
+-- completion waited for the build of every history partition (issue 30).
 
 -- The errors after `error` is added for `attempt`: the most recent 25, oldest first; `errors`
 -- unchanged when `error` is null (a write that keeps last_error). A single SELECT without SET

@@ -138,6 +138,13 @@ class Completer:
         assert conn is not None
         if not self.ready():
             return self._claim_only(conn, claim)
+        try:
+            self._write_heavy_results(conn)
+        except RECONNECT_ERRORS:
+            raise
+        except psycopg.Error:
+            self._write_one_by_one(conn)
+            return self._claim_only(conn, claim)
         done, history = self.done, self.history
         # Without a claim to carry them, finished jobs go in the claim statement claiming
         # nothing; with neither a claim nor finished jobs, only the settle is sent.
@@ -178,6 +185,19 @@ class Completer:
         self.retry_delay = 0.0
         self._changed()
         return result.jobs if result is not None else []
+
+    def _write_heavy_results(self, conn: psycopg.Connection[Any]) -> None:
+        """Completions whose results would pass RESULTS_PER_STATEMENT in the claim are written
+        first, a statement per run of them, so the claim carries one run at most."""
+        runs = jobs_api.results_chunks(self.done)
+        if len(runs) == 1:
+            return
+        for run in runs[:-1]:
+            written = jobs_api.complete(conn, run, history=self.history)
+            self._written(_tally(self.board, self.pool, written))
+            gone = {job.id for job in run}
+            self.done = [job for job in self.done if job.id not in gone]
+            self._changed()
 
     def _written(self, written: tuple[list[Job], list[Job]]) -> None:
         if self.on_written is not None:

@@ -9,6 +9,7 @@ handler (timeouts, cancels, the master's death); they are BaseExceptions, so a h
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from supervisor.queue import outcomes
 from supervisor.queue.context import JobContext
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
+from supervisor.shared.redact import scrub
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -223,6 +225,11 @@ class Executor:
             self.interruptible = False
             self.deadline = None
             traced.close()
+            if settlement is not None and settlement.error and self.config.web.redact:
+                # A handler's exception may quote its arguments (`card 4111... declined`): the
+                # text is kept, logged and put on the span, so the redacted values leave here.
+                error = scrub(settlement.error, job.args, self.config.web.redact)
+                settlement = dataclasses.replace(settlement, error=error)
             self.board.job_finished(thread)
             with self.counter_lock:
                 self.board.observe_job(time.monotonic() - started)

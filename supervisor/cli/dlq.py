@@ -29,6 +29,7 @@ from supervisor.config.units import format_duration
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.redact import row_shown
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -219,6 +220,8 @@ def dlq_show(ctx: Context) -> int:
         now = server_clock(conn)
         cursor = conn.cursor(row_factory=dict_row)
         job = cursor.execute(query("job_by_id"), {"id": job_id}).fetchone()
+    if job is not None:
+        job = row_shown(job, ctx.config.web.redact)
     if job is None:
         return _fail(f"no job {job_id}: it completed, was purged, or never existed")
     if job["state"] != "discarded":

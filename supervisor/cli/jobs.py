@@ -17,15 +17,17 @@ from typing import Any
 from supervisor.cli import jobhistory
 from supervisor.cli.dlq import telling_line
 from supervisor.cli.jobhistory import attempt_limit
+from supervisor.cli.operator import parse_json_object
 from supervisor.cli.session import (
     json_argument,
     listing_arguments,
     positive_int,
     session,
 )
-from supervisor.cli.verbs import Context, verb
+from supervisor.cli.verbs import Context, UsageError, verb
 from supervisor.queue import control, unknown
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.redact import refusal, refused_search, shown
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -38,6 +40,12 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--state", choices=control.STATES, help="only jobs in this state")
     p.add_argument("--queue", help="only jobs of this queue")
     p.add_argument("--kind", help="only jobs of this kind")
+    p.add_argument(
+        "--args",
+        dest="args_filter",
+        metavar="JSON",
+        help="only jobs whose arguments contain this JSON object: '{\"invoice_id\": 42}'",
+    )
     listing_arguments(p)
 
     p = sub.add_parser("show", help="everything about one job, and where it runs")
@@ -127,9 +135,15 @@ def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
 
 def jobs_list(ctx: Context) -> int:
     a = ctx.args
+    search = parse_json_object(a.args_filter) if a.args_filter is not None else None
+    named = refused_search(search, ctx.config.web.redact)
+    if named:  # found or not, the answer would tell the value one guess at a time
+        raise UsageError(refusal(named))
     with session(ctx, snapshot=True) as conn, conn.transaction():
         now = server_clock(conn)
-        jobs = control.list_jobs(conn, state=a.state, queue=a.queue, kind=a.kind, limit=a.limit)
+        jobs = control.list_jobs(
+            conn, state=a.state, queue=a.queue, kind=a.kind, args=search, limit=a.limit
+        )
     if a.json:
         document = {"generated_at": iso(now), "jobs": [_jsonable(asdict(j)) for j in jobs]}
         print(json.dumps(document, indent=2, ensure_ascii=False))
@@ -162,6 +176,8 @@ def jobs_show(ctx: Context) -> int:
         job = control.show_job(conn, ctx.args.id)
         kept = _kept_result(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
+    if job is not None:
+        job = shown(job, ctx.config.web.redact)
     if job is None and history:
         return jobhistory.show(ctx, ctx.args.id, history, now, kept)
     if job is None and kept is not None:
@@ -242,13 +258,21 @@ def jobs_resolve(ctx: Context) -> int:
     a = ctx.args
     with session(ctx) as conn, conn.transaction():
         done = unknown.resolve(conn, a.ids, a.resolution, history=ctx.config.history.enabled)
+    code = MasterExit.OK
+    then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
     for job in done:
-        then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
+        if job.state == "held":
+            code = _fail(
+                f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: not retried, its "
+                f"unique key is held by job {job.holder}; it stays unknown (resolve it as "
+                "completed or discarded, or retry it once that job has ended)"
+            )
+            continue
         print(f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: {then[job.state]}")
     left = sorted(set(a.ids) - {j.id for j in done})
     if left:
         return _fail(f"not unknown, left as they are: {listing(left)}")
-    return MasterExit.OK
+    return code
 
 
 def jobs_cancel(ctx: Context) -> int:

@@ -120,6 +120,29 @@ def timestamp_array(values: Iterable[datetime]) -> str:
     return "{" + ",".join(v.isoformat() for v in values) + "}"
 
 
+# The most JSON of kept results one statement carries (its %(results)s parameter). The claim
+# casts it to one jsonb array, and jsonb refuses an array past 256 MiB of elements; past 1 GiB
+# the server refuses the message itself and ends the session, and the child, taking that for an
+# outage, reconnected and sent it again, forever. results.max_size is at most 64 MiB, so a
+# statement always has room for one result.
+RESULTS_PER_STATEMENT = 96 * 1024 * 1024
+
+
+def results_chunks(done: Sequence[Job], limit: int = RESULTS_PER_STATEMENT) -> list[list[Job]]:
+    """``done`` in runs, in order, each carrying at most ``limit`` characters of results (a run
+    of one job whatever its size); one run, ``done`` itself, in the usual case."""
+    runs: list[list[Job]] = [[]]
+    size = 0
+    for job in done:
+        weight = len(job.result) if job.result is not None else 0
+        if runs[-1] and size + weight > limit:
+            runs.append([])
+            size = 0
+        runs[-1].append(job)
+        size += weight
+    return runs
+
+
 def results_param(done: Sequence[Job]) -> str:
     """The finished jobs' return values as the claim's JSON array of [id, value] pairs. Built
     as text from values already encoded when the handler returned, so a batch without results
@@ -319,14 +342,23 @@ def fenced(cursor: psycopg.Cursor[Any], jobs: Sequence[Job]) -> Fenced:
 def complete(
     conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
 ) -> Fenced:
-    """Delete successfully finished jobs (one statement for the batch), fenced.
+    """Delete successfully finished jobs (one statement for the batch, or one per
+    RESULTS_PER_STATEMENT of their results), fenced.
 
     Runs in the connection's current transaction, so a handler's own writes and the completion
     can commit together when the caller wants that.
     """
     if not jobs:
         return Fenced()
-    return read_claim(send_complete(conn, jobs, history=history), jobs).completed
+    fenced_runs = [
+        read_claim(send_complete(conn, run, history=history), run).completed
+        for run in results_chunks(jobs)
+    ]
+    if len(fenced_runs) == 1:
+        return fenced_runs[0]
+    return Fenced(
+        [j for f in fenced_runs for j in f.kept], [j for f in fenced_runs for j in f.lost]
+    )
 
 
 def settle(

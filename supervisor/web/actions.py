@@ -145,6 +145,12 @@ class Actions:
         )
         if not done:
             return Done(f"job {job_id} was not resolved: its outcome is no longer unknown")
+        if done[0].state == "held":
+            return Done(
+                f"job {job_id} was not retried: its unique key is held by job {done[0].holder}; "
+                "it stays unknown (resolve it as completed or discarded, or retry it once that "
+                "job has ended)"
+            )
         said = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
         return Done(f"job {job_id} resolved: {said[done[0].state]}", (job_id,))
 

@@ -89,8 +89,8 @@ def _ids(values: Mapping[str, Any], field: str = "ids") -> list[int]:
 
 def routes(site: Site) -> list[Route]:
     async def jobs(request: Request) -> Response:
-        which = finder.JobFilter.from_query(request.query_params)
-        page = await finder.find(site.pool, which, _before(request))
+        which = finder.JobFilter.from_query(request.query_params, site.web.redact)
+        page = await finder.find(site.pool, which, _before(request), site.web.redact)
         return site.render(
             request,
             "jobs.html",
@@ -103,7 +103,7 @@ def routes(site: Site) -> list[Route]:
 
     async def dry_run(request: Request) -> Response:
         bulk = _bulk(request.query_params.get("action"))
-        which = finder.JobFilter.from_query(request.query_params)
+        which = finder.JobFilter.from_query(request.query_params, site.web.redact)
         states = _states(bulk, which)
         counted = await finder.dry_run(site.pool, which, states)
         return site.render(
@@ -134,7 +134,7 @@ def routes(site: Site) -> list[Route]:
             )
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         bulk = _bulk(values.get("action"))
-        which = finder.JobFilter.from_query(values)
+        which = finder.JobFilter.from_query(values, site.web.redact)
         states = _states(bulk, which)
         progress = Progress.of(values)
         try:

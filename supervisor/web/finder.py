@@ -9,6 +9,7 @@ limit applies, only the timeout). The page says when a read stopped at the limit
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import cache
@@ -21,6 +22,7 @@ from starlette.exceptions import HTTPException
 
 from supervisor.queue.control import STATES
 from supervisor.queue.queries import parse, sql_text
+from supervisor.shared.redact import refusal, refused_search, row_shown
 from supervisor.web.reads import fetch, server_now, snapshot
 
 SCAN = 200_000  # jobs a read looks at, newest first, before it stops
@@ -45,8 +47,12 @@ class JobFilter:
     args: dict[str, Any] | None = None
 
     @classmethod
-    def from_query(cls, params: QueryParams | dict[str, str]) -> JobFilter:
-        """The filter typed in the page's form; a bad value is a 400 that names the field."""
+    def from_query(
+        cls, params: QueryParams | dict[str, str], redacted: Collection[str] = ()
+    ) -> JobFilter:
+        """The filter typed in the page's form; a bad value is a 400 that names the field, and
+        so is an args search that names a ``redacted`` key (web.redact): its answer, found or
+        not, would tell the value one guess at a time."""
 
         def text(name: str) -> str | None:
             value = str(params.get(name, "") or "").strip()
@@ -57,7 +63,11 @@ class JobFilter:
         state = text("state")
         if state is not None and state not in STATES:
             raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
-        return cls(state, text("queue"), text("kind"), text("tenant"), _args(text("args")))
+        args = _args(text("args"))
+        named = refused_search(args, redacted)
+        if named:
+            raise HTTPException(400, refusal(named))
+        return cls(state, text("queue"), text("kind"), text("tenant"), args)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -119,8 +129,14 @@ async def schema(conn: Any) -> Schema:
     return Schema(bool(row["args_index"]))
 
 
-async def find(pool: AsyncConnectionPool[Any], which: JobFilter, before: int | None) -> JobsPage:
-    """One page of matching jobs, newest first, below id ``before``."""
+async def find(
+    pool: AsyncConnectionPool[Any],
+    which: JobFilter,
+    before: int | None,
+    redacted: Collection[str] = (),
+) -> JobsPage:
+    """One page of matching jobs, newest first, below id ``before``, shown with their
+    ``redacted`` keys' values (web.redact) replaced."""
     async with snapshot(pool) as conn:
         await conn.execute(web_query("web_bound"))
         now = await server_now(conn)
@@ -129,7 +145,8 @@ async def find(pool: AsyncConnectionPool[Any], which: JobFilter, before: int | N
         name = "web_find_jobs_by_args" if indexed else "web_find_jobs"
         params = {**which.params(), "before": before, "scan": SCAN, "limit": PAGE_SIZE + 1}
         rows = await fetch(conn, web_query(name), params)
-    return JobsPage(now, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE, indexed, offered)
+    jobs = [row_shown(r, redacted) for r in rows[:PAGE_SIZE]]
+    return JobsPage(now, jobs, len(rows) > PAGE_SIZE, indexed, offered)
 
 
 @dataclass(frozen=True)

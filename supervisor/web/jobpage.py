@@ -8,7 +8,7 @@ index (sql/dashboard.sql, web_job_history).
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,8 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from supervisor.queue.control import Errors, JobDetail, errors_of
 from supervisor.queue.queries import query
+from supervisor.shared.redact import shown
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
-from supervisor.web.redact import redact
 
 # History rows shown for one job: one per time it finished (a replayed dead letter finishes
 # again), so a handful at most in practice.
@@ -64,7 +64,8 @@ class JobView:
 async def read(
     pool: AsyncConnectionPool[Any], job_id: int, *, redacted: Collection[str] = ()
 ) -> JobView:
-    """The job's view, its arguments' ``redacted`` keys already replaced (web.redact)."""
+    """The job's view, its arguments' ``redacted`` keys already replaced (web.redact), and
+    their values out of its error texts."""
     async with snapshot(pool) as conn:
         now = await server_now(conn)
         async with conn.cursor() as cur:
@@ -72,7 +73,7 @@ async def read(
             row = await cur.fetchone()
         job = JobDetail(*row) if row is not None else None
         if job is not None and redacted:
-            job = replace(job, args=redact(job.args, redacted))
+            job = shown(job, redacted)
         params = {
             "id": job_id,
             "since": job.created_at if job is not None else None,
