@@ -344,8 +344,8 @@ CREATE INDEX job_history_default_finished_at_idx ON pgq.job_history_default USIN
 -- index job_history_id
 CREATE INDEX job_history_id ON ONLY pgq.job_history USING btree (id);
 
--- index job_history_default_id_idx
-CREATE INDEX job_history_default_id_idx ON pgq.job_history_default USING btree (id);
+-- index job_history_default_id
+CREATE INDEX job_history_default_id ON pgq.job_history_default USING btree (id);
 
 -- index job_results_finished
 CREATE INDEX job_results_finished ON pgq.job_results USING btree (finished_at);
@@ -377,6 +377,9 @@ CREATE INDEX jobs_scheduled ON pgq.jobs USING btree (run_at) WHERE (state = 'sch
 -- index jobs_unique_key
 CREATE UNIQUE INDEX jobs_unique_key ON pgq.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text, 'scheduled'::text])));
 
+-- index jobs_unique_key_held
+CREATE UNIQUE INDEX jobs_unique_key_held ON pgq.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text, 'scheduled'::text, 'unknown'::text])) AND (id > 0));
+
 -- index jobs_unknown
 CREATE INDEX jobs_unknown ON pgq.jobs USING btree (run_at) WHERE (state = 'unknown'::text);
 
@@ -386,8 +389,8 @@ CREATE INDEX maintenance_runs_started_at ON pgq.maintenance_runs USING btree (st
 -- index attach job_history_default_finished_at_idx
 ALTER INDEX pgq.job_history_finished ATTACH PARTITION pgq.job_history_default_finished_at_idx;
 
--- index attach job_history_default_id_idx
-ALTER INDEX pgq.job_history_id ATTACH PARTITION pgq.job_history_default_id_idx;
+-- index attach job_history_default_id
+ALTER INDEX pgq.job_history_id ATTACH PARTITION pgq.job_history_default_id;
 
 -- fk constraint batch_shards batch_shards_batch_id_fkey
 ALTER TABLE ONLY pgq.batch_shards

@@ -1,6 +1,7 @@
 -- pgq.enqueue: its current definition (applied by migrate after the numbered
 -- migrations, whenever this file changes; see sql/functions/README.md).
--- Last changed by migration 0036 before the functions had files of their own.
+-- Last changed by migration 0042 (an unknown job holds its key: its holder is returned) before
+-- the functions had files of their own.
 
 -- The signatures it had before: two overloads would make every call by name
 -- ambiguous, so a database still holding one loses it here.
@@ -83,8 +84,10 @@ BEGIN
                 coalesce(enqueue.run_at, now()),
                 CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
                 enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
+        -- `id > 0` (always true) makes both unique indexes the arbiters (0041 says why).
         ON CONFLICT (unique_key)
             WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+              AND id > 0
         DO NOTHING
         RETURNING j.id INTO job_id;
         IF job_id IS NOT NULL THEN
@@ -103,7 +106,8 @@ BEGIN
         SELECT j.id INTO job_id
         FROM pgq.jobs AS j
         WHERE j.unique_key = enqueue.unique_key
-          AND j.state IN ('available', 'running', 'scheduled');
+          AND j.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND j.id > 0;
         IF job_id IS NOT NULL THEN
             RETURN job_id;
         END IF;

@@ -170,26 +170,30 @@ def test_a_migration_numbered_below_an_applied_one_is_refused_naming_its_file(
 def test_migrate_exits_2_naming_the_file_of_a_migration_below_the_highest_applied(
     dsn: str, tmp_path: Path
 ) -> None:
-    # A database that a branch with a higher migration ran on: 0036 is now below 0040.
+    # A database that a branch with a higher migration ran on: 0036 is now below 9040.
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM pgq.schema_migrations WHERE version = 36")
-        conn.execute("INSERT INTO pgq.schema_migrations VALUES (40, 'from_another_branch')")
+        conn.execute("INSERT INTO pgq.schema_migrations VALUES (9040, 'from_another_branch')")
     config = tmp_path / "queues.yaml"
     config.write_text("handlers: {k: tests.handlers:noop}\npools: {p: {queues: {q: 1}}}\n")
     done = run_cli(config, "migrate", env={**os.environ, "PGQ_DSN": dsn}, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "sql/migrations/0036_scheduled_wakeups.sql" in done.stderr
-    assert "below 0040" in done.stderr
+    assert "below 9040" in done.stderr
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert 36 not in migrations.applied_versions(conn)
 
 
-def test_a_database_from_before_the_rule_still_fills_its_gaps(dsn: str) -> None:
+def test_a_database_from_before_the_rule_still_fills_its_gaps(empty_dsn: str) -> None:
     """Releases before the rule shipped migrations numbered into gaps (0030 and 0031 came after
     0033 on main): a database at most at LAST_UNORDERED still gets them."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM pgq.schema_migrations WHERE version IN (30, 31, 36)")
-    assert [m.version for m in migrate(dsn)] == [30, 31, 36]
+    every = migrations.available()
+    release = [m for m in every if m.version <= 33 and m.version not in (30, 31)]
+    migrate(empty_dsn, shipped=release)
+    later = [m.version for m in every if m.version > 33]
+    assert [m.version for m in migrate(empty_dsn)] == [30, 31, *later]
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        assert migrations.functions_due(conn) == []
 
 
 def test_a_changed_function_file_is_applied_without_a_migration(dsn: str) -> None:
