@@ -19,4 +19,4 @@ CREATE INDEX job_results_finished ON pgq.job_results (finished_at);
 -- the claim's JSON array of [id, value] pairs; only the ids given (those the completion deleted,
 -- so still ours) are kept. A function, called only when some job returned something, so a
 -- completion without results plans and opens nothing of pgq.job_results.
--- pgq.keep_results: its definition from here on is sql/functions/keep_results.sql (applied after the migrations).
+-- pgq.keep_results: its definition is sql/functions/keep_results.sql (applied after the migrations).

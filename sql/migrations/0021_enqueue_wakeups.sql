@@ -27,6 +27,6 @@ CREATE TABLE pgq.queue_wakeups (
 -- whether it notified. The enqueues call it only after an index probe found a raised flag, so
 -- the common case (flags down: children busy, or none listening) costs that probe alone, not an
 -- UPDATE. PL/pgSQL, so its plans are kept for the session.
--- pgq.take_wakeups: its definition from here on is sql/functions/take_wakeups.sql (applied after the migrations).
+-- pgq.take_wakeups: its definition is sql/functions/take_wakeups.sql (applied after the migrations).
 
 -- pgq.enqueue takes the flags too: it is redefined with them (and tenant, traceparent) in 0024.

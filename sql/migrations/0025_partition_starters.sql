@@ -3,6 +3,6 @@
 -- lock_timeout and failed with lock_not_available whenever the first one's DDL took longer, as
 -- it does on a loaded host. The history table's default partition takes any history written
 -- before the first starter commits. Otherwise as in 0006.
--- pgq.ensure_history_partitions: its definition from here on is sql/functions/ensure_history_partitions.sql (applied after the migrations).
+-- pgq.ensure_history_partitions: its definition is sql/functions/ensure_history_partitions.sql (applied after the migrations).
 
-REVOKE EXECUTE ON FUNCTION pgq.ensure_history_partitions(timestamptz, integer) FROM PUBLIC;
+-- (EXECUTE on pgq.ensure_history_partitions revoked from PUBLIC here: sql/functions/ensure_history_partitions.sql)

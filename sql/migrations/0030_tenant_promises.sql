@@ -24,15 +24,15 @@
 
 -- The setting that carries a queue's note through one claim's transaction (a queue name can be
 -- any text; a setting's name must be identifiers).
--- pgq.tenant_note_name: its definition from here on is sql/functions/tenant_note_name.sql (applied after the migrations).
+-- pgq.tenant_note_name: its definition is sql/functions/tenant_note_name.sql (applied after the migrations).
 
--- pgq.tenant_room: its definition from here on is sql/functions/tenant_room.sql (applied after the migrations).
+-- pgq.tenant_room: its definition is sql/functions/tenant_room.sql (applied after the migrations).
 
 -- Seconds until the token noted by this claim's walk (tenant_room above) is due, promising it
 -- to this claim; null when no tenant was held back by its rate (nothing to wait for but a slot
 -- or new work). 0 when it came due meanwhile.
--- pgq.tenant_wait: its definition from here on is sql/functions/tenant_wait.sql (applied after the migrations).
+-- pgq.tenant_wait: its definition is sql/functions/tenant_wait.sql (applied after the migrations).
 
 -- 0013's, clearing each limited queue's note first: a claim starts with none, even when an
 -- earlier claim ran in the same transaction.
--- pgq.limit_take_all: its definition from here on is sql/functions/limit_take_all.sql (applied after the migrations).
+-- pgq.limit_take_all: its definition is sql/functions/limit_take_all.sql (applied after the migrations).

@@ -5,4 +5,4 @@
 -- full buckets that tenant_spend did in one call of 100 runs once in 100 claims per tenant
 -- claimed, as before. Same signature and result: supervisors of the previous release call it
 -- from the same claim statement during a rolling upgrade.
--- pgq.limit_finish: its definition from here on is sql/functions/limit_finish.sql (applied after the migrations).
+-- pgq.limit_finish: its definition is sql/functions/limit_finish.sql (applied after the migrations).

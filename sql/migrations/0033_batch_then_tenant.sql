@@ -9,4 +9,4 @@ ALTER TABLE pgq.batches ADD COLUMN then_tenant text;
 ALTER TABLE pgq.batches ADD COLUMN then_traceparent text;
 
 -- As 0018's, with the two columns carried to the job.
--- pgq.batch_finish: its definition from here on is sql/functions/batch_finish.sql (applied after the migrations).
+-- pgq.batch_finish: its definition is sql/functions/batch_finish.sql (applied after the migrations).
