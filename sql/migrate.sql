@@ -31,6 +31,11 @@ SELECT to_regclass('pgq.schema_functions') IS NOT NULL,
 SELECT name, digest, schema_version
 FROM pgq.schema_functions;
 
+-- name: functions_unchecked
+-- For the rest of the functions' transaction (SET LOCAL): bodies created without being checked
+-- against the schema, which is an earlier one than theirs.
+SELECT set_config('check_function_bodies', 'off', true);
+
 -- name: record_function
 INSERT INTO pgq.schema_functions (name, digest, schema_version)
 VALUES (%(name)s, %(digest)s, %(schema_version)s)

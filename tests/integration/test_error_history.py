@@ -15,7 +15,6 @@ from supervisor import NewJob, cancel, claim, complete, enqueue_many, settle
 from supervisor.queue import migrations, outcomes
 from supervisor.queue.jobs import Job
 from supervisor.queue.maintenance import ensure_history_partitions, requeue_worker, rescue_batch
-from supervisor.queue.queries import sql_text
 from supervisor.web.jobpage import errors_of
 from supervisor.web.reads import dashboard_query
 from tests.integration.test_web_pages import with_client
@@ -141,10 +140,6 @@ def test_history_is_found_by_id_on_partitions_made_before_and_after_the_migratio
     monkeypatch.setattr(migrations, "available", lambda: before)
     migrations.migrate(empty_dsn)
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        # The release before 0009 had its own pgq.ensure_history_partitions (migrations carry
-        # no function bodies: each function's is in sql/functions/); today's works on that
-        # schema too, and stands in for it.
-        conn.execute(sql_text("functions/ensure_history_partitions.sql"))
         ensure_history_partitions(conn, days_ahead=1)
         monkeypatch.setattr(migrations, "available", lambda: every)
         applied = [m.version for m in migrations.migrate(conn)]
