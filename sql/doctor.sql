@@ -319,3 +319,8 @@ SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del) FILTER (WHERE schemaname 
            '0/0')::bigint AS wal_position,
        clock_timestamp() AS at
 FROM pg_stat_user_tables;
+
+-- name: any_limit
+-- Whether the database holds a limit: the claim variant children send depends on it
+-- (supervisor.queue.claim_builder.variant). The first key, by the primary key.
+SELECT (SELECT l.queue FROM pgq.queue_limits AS l ORDER BY l.queue LIMIT 1) IS NOT NULL

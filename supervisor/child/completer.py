@@ -71,6 +71,8 @@ class Completer:
         self.retry_delay = 0.0
         # The last claim's limit_wait (jobs_api.Claimed): how long the queue's limits hold it back.
         self.limit_wait: float | None = None
+        # Whether the last claim, a variant without limits, found that a limit exists now.
+        self.limits_found = False
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -181,6 +183,7 @@ class Completer:
         )
         self._announce(self.settled)
         self.limit_wait = result.limit_wait if result is not None else None
+        self.limits_found = result.limits_found if result is not None else False
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         self._changed()
@@ -208,6 +211,7 @@ class Completer:
             return []
         claimed = jobs_api.read_claim(claim(conn, ()))
         self.limit_wait = claimed.limit_wait
+        self.limits_found = claimed.limits_found
         return claimed.jobs
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:

@@ -20,9 +20,10 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 
+from supervisor.queue import claim_builder
 from supervisor.queue.job import Job
 from supervisor.queue.outcomes import Settlement
-from supervisor.queue.queries import native, query
+from supervisor.queue.queries import query
 
 DEFAULT_LEASE_SECONDS = 60.0
 # queue -> tenant -> weight, for the tenants whose weight is not 1 (the YAML's `tenants:`).
@@ -209,13 +210,15 @@ def send_claim(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    variant: str = "claim",
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``).
 
     One statement claims for every queue in ``queues``, whatever their number. ``done`` are
     finished jobs to complete in the same statement, so a worker's batch costs one statement
     and one commit; in pipeline mode the cursor can also travel in one round trip (and one
-    transaction) with the batch's other outcomes."""
+    transaction) with the batch's other outcomes. ``variant``: which of the claim's statements
+    (``claim_builder.variant``; the default, with every step, is right for any claim)."""
     params = claim_params(
         queues,
         worker=worker,
@@ -227,19 +230,21 @@ def send_claim(
         tenant_weights=tenant_weights,
         cursors=cursors,
     )
-    return execute_claim(conn, params)
+    return execute_claim(conn, params, variant=variant)
 
 
 def execute_claim(
     conn: psycopg.Connection[Any],
     params: Mapping[str, Any],
     statement: tuple[str, tuple[str, ...]] | None = None,
+    *,
+    variant: str = "claim",
 ) -> psycopg.Cursor[Any]:
     """Run the claim with ``claim_params``'s parameters, sent with the statement's own ``$n``
-    placeholders (``queries.native``: psycopg would parse its text again at every run).
+    placeholders (``claim_builder.native``: psycopg would parse its text again at every run).
     ``statement``: another claim's text in that form (``queries.native_text``; the benchmarks'
     earlier claims)."""
-    text, names = statement or native("claim")
+    text, names = statement or claim_builder.native(variant)
     return psycopg.RawCursor(conn).execute(text, [params[name] for name in names])
 
 
@@ -248,11 +253,13 @@ class Claimed:
     """What a claim statement did: the jobs it claimed, in the order to run them, and which of
     the finished jobs it carried were still ours. ``limit_wait`` is set when the queue's limits
     held every job back: seconds until its next rate token is due, or -1 when it waits for a
-    concurrency slot (see docs/limits.md)."""
+    concurrency slot (see docs/limits.md). ``limits_found``: a claim variant without limits
+    found that a limit exists now, and claimed nothing (send the claim with limits)."""
 
     jobs: list[Job]
     completed: Fenced
     limit_wait: float | None = None
+    limits_found: bool = False
 
 
 def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
@@ -265,7 +272,8 @@ def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed
     jobs = [Job(*row[:at]) for row in rows[:-1]]
     jobs.sort(key=lambda j: j.sort_key)
     wait = rows[-1][names.index("limit_wait")] if "limit_wait" in names else None
-    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait)
+    found = bool(rows[-1][names.index("limits_found")]) if "limits_found" in names else False
+    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait, found)
 
 
 def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
