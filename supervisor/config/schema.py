@@ -13,6 +13,7 @@ from datetime import time
 
 from yaml.nodes import Node
 
+from supervisor.config.aging import aging
 from supervisor.config.fields import (
     MAX_NAME,
     Section,
@@ -82,6 +83,7 @@ TOP_KEYS = (
     "host",
     "results",
     "reconcile",
+    "aging",
 )
 POOL_KEYS = (
     "queues",
@@ -121,6 +123,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
         tenants=_tenants(top),
         limits=limits(top, pools),
+        aging=aging(top, pools),
         host=_host(reader, top),
         lines=dict(reader.lines),
     )
