@@ -7,7 +7,8 @@
 -- name: queue_stats
 -- Per queue: jobs due now, scheduled for later, running, dead, cancelled; age of the oldest due
 -- job; whether the queue is paused (a paused queue with no jobs is listed too); jobs whose
--- outcome is unknown (last, so readers of the earlier columns are unchanged).
+-- outcome is unknown (last, so readers of the earlier columns are unchanged); then workflow
+-- steps waiting for their parents (0050).
 SELECT
     coalesce(j.queue, p.queue) AS queue,
     coalesce(j.available, 0),
@@ -17,7 +18,8 @@ SELECT
     coalesce(j.cancelled, 0),
     coalesce(j.oldest_ready_age, 0)::float8,
     p.queue IS NOT NULL AS paused,
-    coalesce(j.unknown, 0)
+    coalesce(j.unknown, 0),
+    coalesce(j.waiting, 0)
 FROM (
     SELECT
         queue,
@@ -28,6 +30,7 @@ FROM (
         count(*) FILTER (WHERE state = 'discarded') AS discarded,
         count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
         count(*) FILTER (WHERE state = 'unknown') AS unknown,
+        count(*) FILTER (WHERE state = 'waiting') AS waiting,
         extract(epoch FROM now() - min(run_at)
             FILTER (WHERE state = 'available' AND run_at <= now())) AS oldest_ready_age
     FROM pgq.jobs

@@ -17,7 +17,7 @@ from supervisor.child.session import ChildSession
 from supervisor.child.weights import TenantRotation, WeightedQueues
 from supervisor.queue import claim_builder
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.dsn import RECONNECT_ERRORS
+from supervisor.queue.dsn import RECONNECT_ERRORS, STATEMENT_CUT
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Counter, State
 
@@ -31,6 +31,7 @@ class Claimer:
         self.board = self.process.board
         self.queue_names = list(self.spec.pool.queues)
         self.queues = WeightedQueues(self.spec.pool.queues)
+        self.weights_seen = 0  # the board's weights generation this child claims by
         self.tenants = TenantRotation(
             {q: w for q, w in self.spec.config.tenants.items() if q in self.spec.pool.queues}
         )
@@ -52,6 +53,13 @@ class Claimer:
         # claim), and such a claim takes nothing once a limit exists.
         self.limits = False
 
+    def _reweigh(self) -> None:
+        """Take the weights a reload wrote on the board, if it wrote new ones."""
+        generation = self.board.weights_generation()
+        if generation != self.weights_seen:
+            self.queues.reweigh(dict(zip(self.queue_names, self.board.weights(), strict=True)))
+            self.weights_seen = generation
+
     def claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs across the pool's queues in one statement. Outcomes still
         waiting to be written go in the same round trip."""
@@ -60,6 +68,7 @@ class Claimer:
             return []  # told to stop while the database was away
         assert session.conn is not None
         self.board.set_state(State.CLAIMING)
+        self._reweigh()
         config, worker = self.spec.config, self.spec.worker_id
         now = time.monotonic()
         # Woken for a particular queue: try it first, outside the weighted rotation (an idle
@@ -106,6 +115,12 @@ class Claimer:
                     claimed.limit_wait,
                     claimed.limits_found,
                 )
+        except STATEMENT_CUT as exc:
+            # Cut short by the session's lock or statement timeout (child/session.py): a stall,
+            # not a fault. Nothing was written (outcomes it carried wait in the completer), and
+            # the claim is made again at once.
+            session.warn(f"claim from queues {queues} cut short, retrying: {exc}")
+            return []
         except RECONNECT_ERRORS as exc:
             session.warn(f"claim from queues {queues} failed: {exc}")
             session.reconnect()

@@ -23,6 +23,7 @@ from supervisor.queue import jobs as jobs_api
 from supervisor.queue import maintenance
 from supervisor.queue.dsn import DatabaseError, connect
 from supervisor.queue.loaders import use_fast_json
+from supervisor.queue.queries import query
 from supervisor.shared.board import State
 
 log = logging.getLogger("pgq.worker")
@@ -31,6 +32,13 @@ T = TypeVar("T")
 
 RECONNECT_MAX_DELAY = 5.0
 QUESTION_CONNECT_EVERY = 1.0
+# Every statement of the child's session is bounded (sql/leases.sql, child_session_timeouts): a
+# wait on a lock at LOCK_TIMEOUT (a claim's carried outcome then waits its turn in the
+# completer, the claim is made without it), anything else at STATEMENT_TIMEOUT, far above what a
+# claim from the head walks even hours into a held horizon (seconds). Behind a transaction
+# pooler, set them on the role instead (a session setting would stay on the server connection).
+LOCK_TIMEOUT = "2s"
+STATEMENT_TIMEOUT = "60s"
 
 
 class BootFailure(Exception):
@@ -92,6 +100,7 @@ class ChildSession:
             use_fast_json(conn)  # the claimed jobs' args (queue/loaders.py)
             if not database.pooled:
                 jobs_api.use_generic_plans(conn)  # the claim's planning, once
+                bound_statements(conn)  # every statement's wait bounded
         except psycopg.Error as exc:  # lost again at once: as if the connect had failed
             with contextlib.suppress(Exception):
                 conn.close()  # our own, opened after the fork
@@ -175,3 +184,11 @@ class ChildSession:
             # the wire: the connection is mid-protocol and must never be used again.
             self.discard()
             raise
+
+
+def bound_statements(conn: psycopg.Connection[Any]) -> None:
+    """The child's session timeouts (LOCK_TIMEOUT, STATEMENT_TIMEOUT)."""
+    conn.execute(
+        query("child_session_timeouts"),
+        {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT},
+    )

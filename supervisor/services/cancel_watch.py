@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from typing import Any
 
-from supervisor.queue import control
+import psycopg
+
+from supervisor.queue import control, leases
 from supervisor.services.base import Host, Service
+from supervisor.services.leases import held_claims
 
 log = logging.getLogger("pgq.master")
 
@@ -29,7 +33,12 @@ class CancelWatch(Service):
     first asked has its child stopped whole, as a timeout would. A threaded child's handler is
     told through ``job.cancelled()`` instead, since stopping the child would stop its other
     threads' jobs too. A job claimed in a batch but not started yet is named on the board, and
-    the child ends it cancelled instead of starting it."""
+    the child ends it cancelled instead of starting it.
+
+    It reads the claims the children hold by primary key (their boards, as the lease renewal
+    does), not "every running job of these workers with a cancel request": while a snapshot
+    holds the xmin horizon, a path through the running jobs' indexes reads the entries of every
+    job that ran since (issue 30)."""
 
     name = "cancel watch"
 
@@ -40,9 +49,13 @@ class CancelWatch(Service):
 
     def run_once(self) -> int:
         by_worker = {c.worker_id: c for c in self.host.live_children()}
-        requests = self.host.db.run(
-            "cancel watch", lambda conn: control.cancel_requests(conn, list(by_worker))
-        )
+        claims, unknown = held_claims(by_worker.values())
+
+        def look(conn: psycopg.Connection[Any]) -> list[control.CancelRequest]:
+            found = leases.held_cancel_requests(conn, claims)
+            return found + (control.cancel_requests(conn, unknown) if unknown else [])
+
+        requests = self.host.db.run("cancel watch", look) if claims or unknown else []
         still_told: set[int] = set()
         still_asked: dict[int, float] = {}
         now = time.monotonic()

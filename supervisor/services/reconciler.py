@@ -29,6 +29,8 @@ from typing import Any
 
 import psycopg
 
+from supervisor.crypto.opening import opened
+from supervisor.crypto.opening import scrub as scrub_opened
 from supervisor.queue.dsn import connect
 from supervisor.queue.queries import query
 from supervisor.queue.unknown import RESOLUTIONS, UnknownOutcome, resolve
@@ -204,11 +206,16 @@ def _ask(
     redact: Collection[str] = (),
 ) -> None:
     fields = {"job_id": job.id, "kind": job.kind, "queue": job.queue, "attempt": job.attempt}
+    shown = job
     try:
-        answer = hook(job)
+        shown = opened(job)  # encrypted args opened for the hook alone
+        answer = hook(shown)
     except BaseException as exc:  # a hook's SystemExit is its failure, not the round's end
-        # The hook's message may quote the job's arguments: their redacted values stay out.
+        # The hook's message may quote the job's arguments: their redacted values stay out, and
+        # so do the opened values of encrypted ones.
         said = scrub(f"{type(exc).__name__}: {exc}", job.args, redact)
+        if shown is not job:
+            said = scrub_opened(said, [shown.args]) or said
         _defer(conn, job, token, backoff, f"reconcile hook failed: {said}")
         log.warning(
             "reconcile hook of job %s (%s) on queue %s failed: %s; it stays unknown",

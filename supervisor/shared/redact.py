@@ -2,11 +2,12 @@
 a job's arguments is kept out of every surface that shows a job, the dashboard's pages, the
 command line's output, the logs, the error texts and the trace spans.
 
-Three tools: ``redact`` replaces the value of each named key (at every depth) in arguments about
+The tools: ``redact`` replaces the value of each named key (at every depth) in arguments about
 to be shown; ``scrub`` replaces, in a text (an error, a log line), the values the job's named
-keys hold, since a handler's exception message may quote them; ``refused_search`` names the
-redacted keys a search by arguments would test, because a search that answers "found" or "not
-found" for `{"pin": "4821"}` reveals the value one guess at a time.
+keys hold, since a handler's exception message may quote them; ``row_shown`` applies both to a
+job's row. A search by arguments naming a redacted key is refused with the encrypted fields
+(supervisor/crypto/search.py), because a search that answers "found" or "not found" for
+`{"pin": "4821"}` reveals the value one guess at a time.
 """
 
 from __future__ import annotations
@@ -108,35 +109,3 @@ def row_shown(row: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:
     if "errors" in row:
         shown_row["errors"] = scrub_errors(row["errors"], args, keys)
     return shown_row
-
-
-def refused_search(search: Any, keys: Collection[str]) -> list[str]:
-    """The redacted keys that a search by arguments names (at any depth), in search order."""
-    if not keys:
-        return []
-    folded = {k.casefold() for k in keys}
-    named: list[str] = []
-    _named(search, folded, named)
-    return named
-
-
-def _named(value: Any, folded: set[str], named: list[str]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if str(k).casefold() in folded:
-                if str(k) not in named:
-                    named.append(str(k))
-            else:
-                _named(v, folded, named)
-    elif isinstance(value, list):
-        for v in value:
-            _named(v, folded, named)
-
-
-def refusal(named: list[str]) -> str:
-    """What a refused search is told."""
-    listed = ", ".join(repr(k) for k in named)
-    return (
-        f"args: a search may not name {listed}: web.redact hides its values, and a search by "
-        "value would tell them one guess at a time"
-    )

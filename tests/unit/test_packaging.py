@@ -59,6 +59,10 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     assert "supervisor/doctor/horizon.py" in names
     assert "supervisor/web/templates/overview.html" in names
     assert "supervisor/web/static/htmx.min.js" in names
+    # The charts' library (uPlot, vendored from npm: no network at run time) and its licence.
+    for vendored in ("uplot.min.js", "uplot.min.css", "uplot.LICENSE.txt", "charts.js"):
+        assert f"supervisor/web/static/{vendored}" in names, vendored
+    assert "supervisor/sql/charts.sql" in names and "supervisor/sql/operator.sql" in names
     # /jobs' SQL, the optional args index, the editors' JSON Schema.
     assert "supervisor/sql/dashboard_jobs.sql" in names
     assert "supervisor/sql/optional/jobs_args_index.sql" in names

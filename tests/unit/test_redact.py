@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from supervisor.shared.redact import REDACTED, redact, refused_search, scrub, scrub_errors
+from types import SimpleNamespace
+
+from supervisor.crypto.search import protected_keys, search_problem
+from supervisor.shared.redact import REDACTED, redact, scrub, scrub_errors
 
 ARGS = {"order": 7, "card": {"Number": "4111 1111", "cvv": 737}, "tags": [{"pin": "4821"}]}
 KEYS = ("number", "CVV", "pin")
@@ -30,8 +33,16 @@ def test_scrub_takes_the_redacted_values_out_of_free_text() -> None:
 
 
 def test_a_search_naming_a_redacted_key_anywhere_is_named() -> None:
-    assert refused_search({"pin": "4821"}, KEYS) == ["pin"]
-    assert refused_search({"card": {"NUMBER": "4"}, "order": 7}, KEYS) == ["NUMBER"]
-    assert refused_search({"tags": [{"pin": "1"}]}, KEYS) == ["pin"]
-    assert refused_search({"order": 7, "card": {"holder": "Ann"}}, KEYS) == []
-    assert refused_search(None, KEYS) == []
+    config = SimpleNamespace(web=SimpleNamespace(redact=KEYS), encrypted_fields=dict)
+    protected = protected_keys(config)
+
+    def named(search: object) -> str | None:
+        problem = search_problem(search, protected)  # type: ignore[arg-type]
+        return problem and problem.split("'")[1]
+
+    assert named({"pin": "4821"}) == "pin"
+    assert named({"card": {"NUMBER": "4"}, "order": 7}) == "NUMBER"
+    assert named({"tags": [{"pin": "1"}]}) == "pin"
+    assert named({"order": 7, "card": {"holder": "Ann"}}) is None
+    assert named(None) is None
+    assert "web.redact" in (search_problem({"pin": "1"}, protected) or "")
