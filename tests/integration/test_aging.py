@@ -5,13 +5,16 @@ wait: the claim computes the effective priority from run_at."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from supervisor import claim, enqueue
 from supervisor.queue.jobs import claim_params
 from supervisor.queue.queries import query
+from tests.integration.operator_helpers import CONFIG, Cli
 
 
 def _job(conn: psycopg.Connection[Any], kind: str, priority: int, waited: float, **kw: Any) -> int:
@@ -101,3 +104,23 @@ def test_the_aged_claim_reads_the_index(conn: psycopg.Connection[Any]) -> None:
     # The levels' skip scan and their heads read jobs_claim_tenant; nothing reads the table.
     assert "Seq Scan" not in plan
     assert "jobs_claim_tenant" in plan
+
+
+def test_jobs_show_says_how_far_a_waiting_job_has_aged(
+    cli: Cli, conn: psycopg.Connection[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli = Cli(tmp_path, capsys, CONFIG + "aging: {every: 10s, queues: {webhooks: 0s}}\n", "aged")
+    _job(conn, "render_pdf", 5, 0, queue="pdf")
+    low = _job(conn, "render_pdf", 0, 25, queue="pdf")
+    top = _job(conn, "render_pdf", 1, 100, queue="pdf")
+    shown = cli("jobs", "show", str(low)).out
+    assert "aging       +2 level(s) (one per 10s waited): effective priority 2, capped at 5" in (
+        shown
+    )
+    assert "at its tenant's highest waiting priority (5)" in cli("jobs", "show", str(top)).out
+    document = cli("jobs", "show", str(low), "--json").json()
+    assert document["aging"]["levels"] == 2 and document["aging"]["cap"] == 5
+    # A queue that does not age, or a job that does not wait, shows no aging.
+    hook = _job(conn, "deliver_webhook", 0, 100, queue="webhooks")
+    assert "aging" not in cli("jobs", "show", str(hook)).out
+    assert cli("jobs", "show", str(hook), "--json").json()["aging"] is None
