@@ -150,3 +150,49 @@ SELECT pg_notify('pgq_scheduled', '');
 SELECT xmin = pg_current_xact_id()::xid
 FROM pgq.jobs
 WHERE id = %(id)s;
+
+-- name: enqueue_debounced
+-- A debounced enqueue (0064): while a job enqueued with this debounce key has not started
+-- (jobs_debounce_key, 0065: available or scheduled, never claimed), its arguments become these
+-- and its run_at now + %(delay)s, and its id comes back; otherwise a new job is inserted, due
+-- then. One statement, so two producers debouncing the same key at once serialise on the
+-- waiting row's lock: the second updates it after the first (the later arguments win), or, if
+-- the row started meanwhile, inserts a job of its own. The key travels in unique_key's slot of
+-- the caller's row but is written to debounce_key (unique_key stays NULL: a unique key is held
+-- while its job runs, a debounce key is not). Wake-ups as in enqueue.
+WITH upserted AS (
+    INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                               debounce_key, traceparent, tenant)
+    SELECT
+        %(queue)s::text,
+        %(kind)s::text,
+        %(args)s::jsonb,
+        %(priority)s::smallint,
+        t.run_at,
+        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        %(max_attempts)s::integer,
+        %(unique_key)s::text,
+        %(traceparent)s::text,
+        %(tenant)s::text
+    FROM (
+        SELECT coalesce(%(run_at)s::timestamptz,
+                        now() + make_interval(secs => %(delay)s::float8)) AS run_at
+    ) AS t
+    ON CONFLICT (debounce_key)
+        WHERE debounce_key IS NOT NULL AND state IN ('available', 'scheduled')
+          AND started_at IS NULL
+    DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at, state = EXCLUDED.state
+    RETURNING j.id, j.queue, j.state, j.run_at
+)
+SELECT
+    id,
+    CASE
+        WHEN NOT %(notify)s THEN NULL
+        WHEN state = 'scheduled'
+            THEN CASE WHEN pgq.wakes_stagers(run_at) THEN pg_notify('pgq_scheduled', '') IS NULL
+                 END
+        WHEN EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                     WHERE f.queue = upserted.queue AND f.wanted)
+            THEN pgq.take_wakeups(queue)
+    END
+FROM upserted;

@@ -125,3 +125,19 @@ FROM pgq.job_history
 WHERE id = %(id)s
 ORDER BY finished_at DESC
 LIMIT %(limit)s;
+
+-- name: job_aging
+-- What priority aging (sql/claim/aging.sql) makes of a waiting job, for `jobs show`: its
+-- priority, run_at, and the highest priority waiting in its tenant of its queue (the cap). No
+-- row unless the job is available (due and waiting to be claimed).
+SELECT j.priority, j.run_at,
+       (SELECT t.priority
+        FROM pgq.jobs AS t
+        WHERE t.state = 'available'
+          AND t.queue = j.queue
+          AND coalesce(t.tenant, '') COLLATE "C" = coalesce(j.tenant, '') COLLATE "C"
+        ORDER BY t.priority DESC
+        LIMIT 1) AS top
+FROM pgq.jobs AS j
+WHERE j.id = %(id)s
+  AND j.state = 'available';

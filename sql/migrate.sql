@@ -1,16 +1,46 @@
 -- The migration runner's own statements (supervisor/queue/migrations.py).
 
 -- name: migrations_bootstrap
--- The schema and the table that records which migrations ran.
+-- The schema, the table that records which migrations ran, and the one that records which
+-- text of each function of sql/functions/ is in place (its sha256) and the release that put it
+-- there (the highest migration it shipped): an older release never puts an older body back.
 CREATE SCHEMA IF NOT EXISTS pgq;
 CREATE TABLE IF NOT EXISTS pgq.schema_migrations (
     version     integer     PRIMARY KEY,
     name        text        NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS pgq.schema_functions (
+    name            text        PRIMARY KEY,
+    digest          text        NOT NULL,
+    schema_version  integer     NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+);
 
 -- name: migrations_table_exists
 SELECT to_regclass('pgq.schema_migrations') IS NOT NULL;
+
+-- name: functions_table_exists
+-- Whether the record of the functions exists, and whether this role may read it (a
+-- least-privilege role granted before the table came cannot: it cannot apply them either).
+SELECT to_regclass('pgq.schema_functions') IS NOT NULL,
+       coalesce(has_table_privilege(to_regclass('pgq.schema_functions'), 'SELECT'), false);
+
+-- name: recorded_functions
+-- Which text of each function is in place, and which release put it there.
+SELECT name, digest, schema_version
+FROM pgq.schema_functions;
+
+-- name: functions_unchecked
+-- For the rest of the functions' transaction (SET LOCAL): bodies created without being checked
+-- against the schema, which is an earlier one than theirs.
+SELECT set_config('check_function_bodies', 'off', true);
+
+-- name: record_function
+INSERT INTO pgq.schema_functions (name, digest, schema_version)
+VALUES (%(name)s, %(digest)s, %(schema_version)s)
+ON CONFLICT (name) DO UPDATE
+SET digest = excluded.digest, schema_version = excluded.schema_version, applied_at = now();
 
 -- name: applied_migrations
 SELECT version

@@ -8,6 +8,7 @@ each job ran and where.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 from typing import Any
@@ -174,6 +175,11 @@ def retry_soon(*, job: JobContext) -> None:
 def record_queue(*, job: JobContext, **_: Any) -> None:
     """Records which queue each execution came from (the event column holds it)."""
     _record(job, job.queue)
+
+
+def record_args(*, job: JobContext, **args: Any) -> None:
+    """Records the arguments each execution received (the event column holds them, as JSON)."""
+    _record(job, json.dumps(args, sort_keys=True))
 
 
 def cooperative(seconds: float = 60.0, *, job: JobContext) -> None:

@@ -10,12 +10,14 @@
 
 -- name: next
 -- The pool's queues in the order the weights chose (%(queues)s, smooth weighted round-robin in
--- the child), each with the tenant its rotation resumes at (%(resume)s). Nothing may sit
+-- the child), each with the tenant its rotation resumes at (%(resume)s) and the seconds its
+-- jobs take to age a priority level (%(aging)s, 0: no aging; aging.sql). Nothing may sit
 -- between the unnest and the LATERAL: the queues must reach it in the order given (a join with
 -- pgq.queue_pauses here was hashed in generic plans, which reordered them), so the pause check
 -- is the walk's first condition.
 SELECT pick.id, pool.queue{nth}
-FROM unnest(%(queues)s::text[], %(resume)s::text[]) AS pool(queue, resume)
+FROM unnest(%(queues)s::text[], %(resume)s::text[],
+            %(aging)s::float8[]) AS pool(queue, resume, aging)
 CROSS JOIN LATERAL (
     WITH RECURSIVE walk (pos, lap, step, tenant, kp, kr, ki, room, found, per_tenant) AS (
         {walk}

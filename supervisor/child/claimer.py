@@ -38,6 +38,10 @@ class Claimer:
         # Where each tenant's next claim starts (past this child's last job there), with a claim
         # from the head at most a poll interval apart for jobs that arrived below a cursor.
         self.cursors = ClaimCursors(self.spec.pool.poll_interval)
+        # The pool's queues whose jobs age (YAML `aging:`), with their periods. Their claims go
+        # without cursors: aging takes a tenant's jobs out of index order, so "everything
+        # before the last job claimed was consumed" no longer holds (sql/claim/aging.sql).
+        self.aging = self.spec.config.aging.of(self.queue_names)
         # Which queue the master's wake-up named, tried first at the next claim.
         self.hint: str | None = None
         self.woke_from_idle = False
@@ -87,6 +91,8 @@ class Claimer:
             order = self.queues.order(now)
         resume = self.tenants.resume_all(order)
         cursors = self.cursors.for_claim(order, now)
+        if self.aging:
+            cursors = [c for c in cursors if c[0] not in self.aging]
         variant = claim_builder.variant(limits=self.limits, batch=limit)
 
         def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
@@ -102,6 +108,7 @@ class Claimer:
                 tenant_weights=self.tenants.weights,
                 cursors=cursors,
                 variant=variant,
+                aging=self.aging,
                 cursor=self.claim_cursor(conn),
             )
 

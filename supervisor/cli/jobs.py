@@ -31,6 +31,7 @@ from supervisor.queue import bulk, control, costs, maintenance, progress, unknow
 from supervisor.shared.exits import MasterExit
 from supervisor.shared.redact import shown
 from supervisor.shared.words import plural
+from supervisor.views.aging import aging_lines, job_aging
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -208,6 +209,11 @@ def jobs_show(ctx: Context) -> int:
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
         spent = costs.job_costs(conn, ctx.args.id)
         said = progress.read(conn, [ctx.args.id]).get(ctx.args.id)
+        aged = (
+            job_aging(conn, ctx.args.id, ctx.config.aging.period(job.queue), now)
+            if job is not None
+            else None
+        )
     if job is not None:
         job = shown(job, ctx.config.web.redact)
     if job is None and history:
@@ -226,6 +232,7 @@ def jobs_show(ctx: Context) -> int:
         document["workflow"] = step
         document.update(costs_view.to_json(spent))
         document["progress"] = said.to_json() if said is not None else None
+        document["aging"] = aged
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -242,6 +249,7 @@ def jobs_show(ctx: Context) -> int:
         f"job {job.id}: {safe(job.kind)} on queue {safe(job.queue)}, {state}",
         f"  attempts    {job.attempts} of {limit.effective} ({limit.reason})",
         f"  priority    {job.priority}",
+        *aging_lines(aged),
         f"  unique key  {safe(job.unique_key)}",
         f"  created     {when(job.created_at)}",
         f"  run at      {when(job.run_at)}",

@@ -284,11 +284,11 @@ def check(ctx: Context) -> int:
 @verb(
     "migrate",
     "apply pending schema migrations (idempotent; safe from several hosts); exit 0, 1 on a "
-    "database error",
+    "database error, 2 on a migration numbered below one already applied",
     json_flag,
 )
 def migrate_verb(ctx: Context) -> int:
-    from supervisor.queue.migrations import migrate
+    from supervisor.queue.migrations import MigrationOrderError, migrate
 
     applied = None
     # The verb prints each migration it applied; the library's own log line for each would
@@ -297,7 +297,12 @@ def migrate_verb(ctx: Context) -> int:
     # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
     # of leaving the server we started running.
     with stoppable_startup(), database(ctx) as dsn:
-        applied = migrate(dsn, pooled=ctx.config.database.pooled)
+        try:
+            applied = migrate(dsn, pooled=ctx.config.database.pooled)
+        except MigrationOrderError as exc:
+            # A migration numbered into a gap: the tree's mistake, not the database's.
+            print(f"pgq-supervisor: {describe(dsn)}: {exc}", file=sys.stderr)
+            return MasterExit.CONFIG
     if applied is None:
         return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if ctx.args.json:
@@ -320,7 +325,7 @@ def migrate_verb(ctx: Context) -> int:
 def run(ctx: Context) -> int:
     from supervisor.config.handlers import load_handlers, load_reconcilers
     from supervisor.master.loop import Master
-    from supervisor.queue.migrations import migrate
+    from supervisor.queue.migrations import MigrationOrderError, migrate
 
     handlers = load_handlers(ctx.config)  # before anything connects or forks
     load_reconcilers(ctx.config)  # the master's reconciler imports them again, from the cache
@@ -338,8 +343,12 @@ def run(ctx: Context) -> int:
     with stoppable_startup(), database(ctx) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
-            for m in migrate(dsn, pooled=ctx.config.database.pooled):
-                log.info("applied migration %04d_%s", m.version, m.name)
+            try:
+                for m in migrate(dsn, pooled=ctx.config.database.pooled):
+                    log.info("applied migration %04d_%s", m.version, m.name)
+            except MigrationOrderError as exc:
+                print(f"pgq-supervisor: {describe(dsn)}: {exc}", file=sys.stderr)
+                return MasterExit.CONFIG
         else:
             problem = schema_problem(dsn, pooled=ctx.config.database.pooled)
             if problem:
@@ -362,12 +371,16 @@ def run(ctx: Context) -> int:
 
 def schema_problem(dsn: str, *, pooled: bool) -> str | None:
     """What is missing from the database's pgq schema, or None when it is up to date."""
-    from supervisor.queue.migrations import applied_versions, pending
+    from supervisor.queue.migrations import applied_versions, functions_due, pending
 
     with connect(dsn, application_name="pgq-supervisor run", pooled=pooled) as conn:
         if not applied_versions(conn):
             return "has no pgq schema"
         todo = pending(conn)
+        stale = functions_due(conn)
+    if not todo and stale:
+        names = ", ".join(f"pgq.{f.name}" for f in stale)
+        return f"has out-of-date pgq functions ({names})"
     if not todo:
         return None
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in todo)

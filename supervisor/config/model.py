@@ -147,6 +147,21 @@ class ReconcileConfig:
 
 
 @dataclass(frozen=True)
+class AgingConfig:
+    """Seconds a waiting job takes to rise one priority level (0: no aging), per queue."""
+
+    every: float = 0.0
+    queues: Mapping[str, float] = field(default_factory=dict)
+
+    def period(self, queue: str) -> float:
+        return self.queues.get(queue, self.every)
+
+    def of(self, queues: Iterable[str]) -> dict[str, float]:
+        """The queues of ``queues`` that age, with their periods (the claim's ``aging``)."""
+        return {q: seconds for q in queues if (seconds := self.period(q)) > 0}
+
+
+@dataclass(frozen=True)
 class LeaseConfig:
     duration: float = 60.0
     renew_every: float = 10.0  # at most duration / 3, so two renewals can fail before expiry
@@ -294,6 +309,7 @@ class Config:
     # (`tenants: {QUEUE: {fairness: cost}}`, docs/job-cost.md).
     fair_by_cost: frozenset[str] = frozenset()
     limits: dict[str, QueueLimits] = field(default_factory=dict)
+    aging: AgingConfig = field(default_factory=AgingConfig)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.
     host: str | None = None

@@ -104,6 +104,8 @@ HELP = {
     "web.trusted_proxies": "addresses whose X-Forwarded-* headers the dashboard believes",
     "web.read_only": "the dashboard shows and never acts (no button, every action refused)",
     "web.redact": "argument keys whose values no dashboard page shows",
+    "aging.every": "a due job rises one priority level per this long waited past its run_at "
+    "(0s: off), never past its tenant's highest waiting priority",
     "host": "this supervisor's name in worker ids and status (PGQ_HOST wins; default: the "
     "machine's host name)",
 }

@@ -13,6 +13,7 @@ from datetime import time
 
 from yaml.nodes import Node
 
+from supervisor.config.aging import aging
 from supervisor.config.elastic import budget, host_section, processes
 from supervisor.config.encryption import encryption
 from supervisor.config.fields import (
@@ -85,6 +86,7 @@ TOP_KEYS = (
     "host",
     "results",
     "reconcile",
+    "aging",
     "encryption",
 )
 POOL_KEYS = (
@@ -128,6 +130,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         tenants=tenants,
         fair_by_cost=fair_by_cost,
         limits=limits(top, pools),
+        aging=aging(top, pools),
         host=_host(reader, top),
         budget=budget(top),
         lines=dict(reader.lines),

@@ -10,6 +10,7 @@ each a named piece in a file of sql/claim/ (docs/claim-order.md says what each c
   walk.sql         walk, probe, cursor   the tenants visited, one index probe each
   quota.sql        quota                 each tenant's share of the batch
   pick.sql         next, passes, pick    each tenant's best due jobs, locked
+  aging.sql        aged_pick             the same in a queue that ages: by effective priority
   order.sql        claim_order, ...      the claim order and its two halves, written once
   reply.sql        claimed, reply        the jobs marked running, the row of what was completed
 
@@ -111,11 +112,13 @@ def _pick(take: str) -> str:
         "take": take,
         "lock": "\nFOR UPDATE SKIP LOCKED",
     }
-    return piece(
+    plain = piece(
         "pick",
         same=piece("same_priority", past=">=", run_at="v.kr", id="v.ki", **common),
         lower=piece("lower_priorities", **common),
     )
+    # A queue that ages its jobs (aging.sql) picks by effective priority instead.
+    return piece("pick_or_aged", plain=plain, aged=piece("aged_pick", take=take))
 
 
 def _next(limits: bool, second_pass: bool) -> str:

@@ -71,11 +71,15 @@ class NewJob:
     # The W3C trace context to continue when the job runs; None: the current span's, if any.
     traceparent: str | None = None
     tenant: str | None = None
+    # Seconds: with unique_key, replace the waiting job of that key (see enqueue).
+    debounce: float | timedelta | None = None
 
 
 class _Row(NamedTuple):
-    """A job checked and ready to send: its fields in the order the ``enqueue`` statement takes
-    its parameters (``_ENQUEUE_ORDER``), so the one-job path sends the row itself as a tuple."""
+    """A job checked and ready to send: its fields but the last in the order the ``enqueue``
+    statement takes its parameters (``_ENQUEUE_ORDER``), so the one-job path sends the row
+    itself as a tuple. A debounced row carries its debounce key as unique_key and its
+    debounce as delay (``enqueue_debounced`` takes the same parameters)."""
 
     queue: str
     kind: str
@@ -87,11 +91,12 @@ class _Row(NamedTuple):
     tenant: str | None
     run_at: datetime | None
     delay: float
+    debounced: bool = False
 
 
-# The enqueue statement's parameters in the order they appear in its SQL: _Row's fields, then
-# the wake-up switch. queries.positional checks it against sql/enqueue.sql.
-_ENQUEUE_ORDER = (*_Row._fields, "notify")
+# The enqueue statements' parameters in the order they appear in their SQL: _Row's fields but
+# `debounced`, then the wake-up switch. queries.positional checks it against sql/enqueue.sql.
+_ENQUEUE_ORDER = (*_Row._fields[:-1], "notify")
 
 
 def check_name(what: str, value: object, *, printable: bool = True) -> str:
@@ -293,6 +298,7 @@ def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
             job.traceparent,
             job.tenant,
             current_trace,
+            job.debounce,
         )
     except AttributeError:
         if isinstance(job, NewJob):
@@ -328,6 +334,7 @@ def _check(
     traceparent: str | None,
     tenant: str | None,
     current_trace: str | None,
+    debounce: float | timedelta | None = None,
 ) -> _Row:
     """Every check of one job, in a fixed order, or the EnqueueError of the first that fails.
 
@@ -381,14 +388,45 @@ def _check(
     if tenant is not None:
         # Tenants are named in logs, metrics and the dashboard: printable, like queue names.
         tenant = check_name(f"job {kind!r}: tenant", tenant)
+    debounced = debounce is not None
+    if debounced:
+        seconds = _debounce(kind, debounce, unique_key, delay, run_at)
     text = encode_args(kind, args)
     if traceparent is None:
         traceparent = current_trace
     else:
         traceparent = _traceparent(kind, traceparent, current_trace)
     return _Row(
-        queue, kind, text, priority, max_attempts, unique_key, traceparent, tenant, run_at, seconds
+        queue,
+        kind,
+        text,
+        priority,
+        max_attempts,
+        unique_key,
+        traceparent,
+        tenant,
+        run_at,
+        seconds,
+        debounced,
     )
+
+
+def _debounce(
+    kind: str,
+    debounce: float | timedelta,
+    unique_key: str | None,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+) -> float:
+    """The seconds of a debounce, checked with what it cannot go with."""
+    if unique_key is None:
+        raise EnqueueError(f"job {kind!r}: debounce needs a unique_key (the key it debounces)")
+    if delay is not None or run_at is not None:
+        raise EnqueueError(
+            f"job {kind!r}: give debounce or {'delay' if delay is not None else 'run_at'}, "
+            "not both (a debounced job is due debounce seconds after its last enqueue)"
+        )
+    return _seconds(f"job {kind!r}: debounce", debounce)
 
 
 class _Step(NamedTuple):
@@ -493,7 +531,18 @@ def _check_notify(what: str, notify: object) -> None:
 
 def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
     _check_notify(f"job {row.kind!r}", notify)
-    inserted = yield _Step("enqueue", (*row, notify), "one", positional("enqueue", _ENQUEUE_ORDER))
+    if row.debounced:
+        # One upsert: it always returns the job (replaced or new), never loops.
+        upserted = yield _Step(
+            "enqueue_debounced",
+            (*row[:-1], notify),
+            "one",
+            positional("enqueue_debounced", _ENQUEUE_ORDER),
+        )
+        return int(upserted[0])
+    inserted = yield _Step(
+        "enqueue", (*row[:-1], notify), "one", positional("enqueue", _ENQUEUE_ORDER)
+    )
     while True:
         if inserted is not None:
             return int(inserted[0])
@@ -503,7 +552,7 @@ def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
         # The holder of the key finished between our insert and our look-up: the key is free
         # again, so the insert can now succeed.
         inserted = yield _Step(
-            "enqueue", (*row, notify), "one", positional("enqueue", _ENQUEUE_ORDER)
+            "enqueue", (*row[:-1], notify), "one", positional("enqueue", _ENQUEUE_ORDER)
         )
 
 
@@ -518,6 +567,7 @@ def _one_row(
     unique_key: str | None,
     traceparent: str | None,
     tenant: str | None,
+    debounce: float | timedelta | None,
 ) -> _Row:
     """The checked row of ``enqueue``'s (and ``enqueue_async``'s) arguments."""
     return _check(
@@ -532,6 +582,7 @@ def _one_row(
         traceparent,
         tenant,
         tracing.current_traceparent() if traceparent is None else None,
+        debounce,
     )
 
 
@@ -549,6 +600,7 @@ def enqueue(
     tenant: str | None = None,
     notify: bool = True,
     traceparent: str | None = None,
+    debounce: float | timedelta | None = None,
 ) -> int:
     """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
 
@@ -559,9 +611,24 @@ def enqueue(
     OpenTelemetry span's, so that its attempts continue the enqueuer's trace. Inside a queue,
     claims share fairly among the ``tenant``s with due work (a customer, an endpoint: short
     printable text); jobs without one form one tenant of their own.
+
+    With ``unique_key`` and ``debounce`` (seconds), while the job enqueued with that key has
+    not started, the enqueue replaces its arguments, moves it to ``debounce`` seconds from now
+    and returns its id; once it has started (or ended), a new job is enqueued, due in
+    ``debounce`` seconds. Only debounced enqueues meet a debounced job's key.
     """
     row = _one_row(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
+        kind,
+        args,
+        queue,
+        priority,
+        delay,
+        run_at,
+        max_attempts,
+        unique_key,
+        traceparent,
+        tenant,
+        debounce,
     )
     return int(_run(conn, _enqueue_steps(row, notify)))
 
@@ -580,16 +647,47 @@ async def enqueue_async(
     tenant: str | None = None,
     notify: bool = True,
     traceparent: str | None = None,
+    debounce: float | timedelta | None = None,
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
     row = _one_row(
-        kind, args, queue, priority, delay, run_at, max_attempts, unique_key, traceparent, tenant
+        kind,
+        args,
+        queue,
+        priority,
+        delay,
+        run_at,
+        max_attempts,
+        unique_key,
+        traceparent,
+        tenant,
+        debounce,
     )
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
 
 def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     _check_notify("enqueue_many", notify)
+    if any(row.debounced for row in rows):
+        return (yield from _mixed_steps(rows, notify))
+    return (yield from _plain_many_steps(rows, notify))
+
+
+def _mixed_steps(rows: list[_Row], notify: bool) -> _Steps:
+    """A bulk enqueue with debounced jobs: the plain ones in one statement as usual, then one
+    upsert per debounce key, in key order (two such calls meet their keys in the same order
+    rather than deadlock). A key given twice in the batch is debounced once, with its last
+    job: the earlier ones would be replaced by it anyway; they all get its id."""
+    plain = [row for row in rows if not row.debounced]
+    plain_ids = iter((yield from _plain_many_steps(plain, notify)))
+    last = {row.unique_key: row for row in rows if row.debounced}
+    by_key: dict[str | None, int] = {}
+    for key in sorted(last, key=lambda k: str(k).encode("utf-8")):
+        by_key[key] = yield from _enqueue_steps(last[key], notify)
+    return [by_key[row.unique_key] if row.debounced else next(plain_ids) for row in rows]
+
+
+def _plain_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     if not rows:
         return []
     if len(rows) == 1:

@@ -163,6 +163,7 @@ def claim_params(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    aging: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The parameters of the claim statement (sql/claim.sql, ``claim``).
 
@@ -170,7 +171,8 @@ def claim_params(
     each queue's rotation resumes at (``TenantRotation.resume``; the start when omitted);
     ``tenant_weights`` maps queue -> tenant -> weight for tenants that are not weight 1;
     ``cursors`` where the claim starts inside tenants (``ClaimCursors``; none: from the start of
-    every tenant, which finds every due job)."""
+    every tenant, which finds every due job); ``aging`` maps queue -> seconds a waiting job
+    takes to rise a priority level (sql/claim/aging.sql; a queue not named does not age)."""
     names = [queues] if isinstance(queues, str) else list(queues)
     weights = [
         (queue, tenant, weight)
@@ -184,6 +186,7 @@ def claim_params(
         "history": history,
         "queues": text_array(names),
         "resume": text_array(resume if resume is not None else [""] * len(names)),
+        "aging": _aging_array(names, aging),
         "tenant_queues": text_array(q for q, _, _ in weights),
         "tenant_names": text_array(t for _, t, _ in weights),
         "tenant_weights": bigint_array(w for _, _, w in weights),
@@ -196,6 +199,12 @@ def claim_params(
         "worker": worker,
         "lease_seconds": lease_seconds,
     }
+
+
+def _aging_array(names: Sequence[str], aging: Mapping[str, float] | None) -> str:
+    if not aging:
+        return "{" + ",".join(["0"] * len(names)) + "}"
+    return "{" + ",".join(repr(float(aging.get(name, 0.0))) for name in names) + "}"
 
 
 def send_claim(
@@ -211,6 +220,7 @@ def send_claim(
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
     variant: str = "claim",
+    aging: Mapping[str, float] | None = None,
     cursor: psycopg.RawCursor[Any] | None = None,
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``;
@@ -231,6 +241,7 @@ def send_claim(
         resume=resume,
         tenant_weights=tenant_weights,
         cursors=cursors,
+        aging=aging,
     )
     return execute_claim(conn, params, variant=variant, cursor=cursor)
 
@@ -329,10 +340,11 @@ def claim(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    aging: Mapping[str, float] | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``worker`` from ``queues`` (tried in that order), in
     claim order: tenants in rotation from ``resume``, then best priority, oldest run_at, id
-    (past ``cursors`` inside their tenants)."""
+    (past ``cursors`` inside their tenants; ``aging``: see claim_params)."""
     _own_transaction(conn, "claim")
     cursor = send_claim(
         conn,
@@ -343,6 +355,7 @@ def claim(
         resume=resume,
         tenant_weights=tenant_weights,
         cursors=cursors,
+        aging=aging,
     )
     if not conn.autocommit:
         conn.commit()

@@ -32,9 +32,9 @@ __all__ = [
 
 
 def query_files() -> list[Path]:
-    """Every file of named queries: the ``*.sql`` files directly in sql/ (not the migrations,
-    the functions or the optional and role scripts in its folders)."""
-    return sorted(sql_dir().glob("*.sql"))
+    """Every file of named queries: the ``*.sql`` files directly in sql/ but schema.sql (not the
+    migrations, the functions or the optional and role scripts in its folders)."""
+    return sorted(path for path in sql_dir().glob("*.sql") if path.name != "schema.sql")
 
 
 def merge(files: list[Path]) -> dict[str, str]:

@@ -232,3 +232,15 @@ def test_the_walls_would_be_seen(tmp_path: Path) -> None:
         "supervisor.master.c": set(),
     }
     assert crossings(leaky, CHILD, MASTER, SERVICES) == {"supervisor.master.c"}
+
+
+def test_the_scripts_index_names_every_script() -> None:
+    """scripts/README.md says what each script prints: a new one is listed there too."""
+    index = (SCRIPTS / "README.md").read_text(encoding="utf-8")
+    scripts = [
+        path
+        for path in sorted(SCRIPTS.glob("*/*"))
+        if path.suffix in (".py", ".sh") and not path.name.startswith("__")
+    ]
+    assert scripts, "no script found"
+    assert [p.name for p in scripts if f"`{p.name}`" not in index] == []

@@ -52,6 +52,15 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     for role in sql_roles():
         assert f"supervisor/sql/{role}" in names
     assert "supervisor/sql/migrations/0005_control.sql" in names
+    # Every function's file (migrate applies them after the migrations) and the schema file.
+    functions = sorted(path.name for path in (ROOT / "sql" / "functions").glob("*.sql"))
+    assert functions and all(f"supervisor/sql/functions/{name}" in names for name in functions)
+    assert "supervisor/sql/schema.sql" in names
+    # Every package of the source tree (a room added to supervisor/ must be listed in pyproject).
+    packages = {
+        str(init.parent.relative_to(ROOT)) for init in (ROOT / "supervisor").rglob("__init__.py")
+    }
+    assert {p for p in packages if f"{p}/__init__.py" not in names} == set()
     assert "supervisor/testing.py" in names
     # The dashboard's SQL, templates and vendored htmx (a page without them renders nothing).
     assert "supervisor/sql/dashboard.sql" in names
