@@ -6,13 +6,15 @@ server, in one run. Figures as text, then one JSON line.
                             [--processes 2] [--repeats 3] [--only drain,pickup,...,long]
                             [--no-peers]
                             [--peers pgqueuer,procrastinate,graphile-worker]
-                            [--long-jobs 300000] [--future-jobs 200000]
+                            [--long-jobs 300000] [--future-jobs 200000] [--tiny]
 
 The DSN defaults to PGQ_BENCH_DSN, then the machine's PostgreSQL on 127.0.0.1:5432. Every
 scenario gets a fresh database (dropped afterwards). Throughput is timed from the database
 clock; each figure is the median over the repeats, and every ratio is the median of ratios
 taken within one repeat (systems measured minutes apart at most, on a shared, noisy machine).
-The peers need the bench extra: pip install -e '.[bench]'.
+The peers need the bench extra: pip install -e '.[bench]'. ``--tiny`` shrinks every
+scenario to a few seconds (tests/integration/test_bench_runs.py runs each so: figures
+meaningless, the suite kept runnable).
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ SCENARIOS = (
 )
 PEERS = {"pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}
 
+
+# --tiny: the scenarios' own sizes shrunk so each runs in seconds (the sizes the command line
+# sets, --jobs and the like, are the caller's).
+TINY: dict[str, dict[str, Any]] = {
+    "pickup": {"jobs": 20, "warmup": 5},
+    "history": {"claims": 50},
+    "cpu": {"jobs": 8, "batch": 2},
+    "enqueue": {"single": 50, "bulk": 2_000, "chunk": 1_000},
+    "footprint": {"jobs": 300},
+    "future": {"claims": timing.BURST * 2},
+    "delayed": {"jobs": 20},
+}
 
 LIMITS = {
     "two_statements": "limit (pgbench)",
@@ -137,11 +151,21 @@ def run_pickups(args: argparse.Namespace, peers: dict[str, Any], log: Path) -> d
     for repeat in range(args.repeats):
         say(f"pickup, repeat {repeat + 1} of {args.repeats}")
         systems: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("pgq-supervisor", lambda: ours.pickup(args.dsn, processes=args.processes, log_dir=log))
+            (
+                "pgq-supervisor",
+                lambda: ours.pickup(
+                    args.dsn, processes=args.processes, log_dir=log, **sizes(args, "pickup")
+                ),
+            )
         ]
         for name, module in peers.items():
             systems.append(
-                (name, lambda m=module: m.pickup(args.dsn, processes=args.processes, log_dir=log))
+                (
+                    name,
+                    lambda m=module: m.pickup(
+                        args.dsn, processes=args.processes, log_dir=log, **sizes(args, "pickup")
+                    ),
+                )
             )
         for name, run in systems:
             result = run()
@@ -154,6 +178,11 @@ def run_pickups(args: argparse.Namespace, peers: dict[str, Any], log: Path) -> d
         name: {k: median([r[k] for r in rs]) for k in ("p50_ms", "p95_ms", "p99_ms")}
         for name, rs in results.items()
     } | {"runs": results}
+
+
+def sizes(args: argparse.Namespace, scenario: str) -> dict[str, Any]:
+    """The scenario's own sizes under --tiny; none (its defaults) otherwise."""
+    return TINY[scenario] if args.tiny else {}
 
 
 def say(text: str) -> None:
@@ -299,6 +328,9 @@ def main() -> int:
     parser.add_argument("--history-rows", type=int, default=1_000_000)
     parser.add_argument("--long-jobs", type=int, default=300_000)
     parser.add_argument("--future-jobs", type=int, default=200_000)
+    parser.add_argument(
+        "--tiny", action="store_true", help="every scenario in seconds (a smoke run, no figures)"
+    )
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     only = set(args.only.split(","))
@@ -332,29 +364,35 @@ def main() -> int:
         report["pickup"] = run_pickups(args, peers, log)
     if "history" in only:
         say("claim cost against history")
-        report["history"] = scenarios.claim_vs_history(args.dsn, args.history_rows)
+        report["history"] = scenarios.claim_vs_history(
+            args.dsn, args.history_rows, **sizes(args, "history")
+        )
     if "cpu" in only:
         say("CPU-heavy scaling")
-        report["cpu"] = scenarios.cpu_scaling(args.dsn, log_dir=log)
+        report["cpu"] = scenarios.cpu_scaling(args.dsn, log_dir=log, **sizes(args, "cpu"))
     if "enqueue" in only:
         say("enqueue")
-        report["enqueue"] = scenarios.enqueue_rates(args.dsn)
+        report["enqueue"] = scenarios.enqueue_rates(args.dsn, **sizes(args, "enqueue"))
     if "footprint" in only:
         say("footprint")
-        report["footprint"] = scenarios.footprint(args.dsn, log_dir=log)
+        report["footprint"] = scenarios.footprint(args.dsn, log_dir=log, **sizes(args, "footprint"))
     if "long" in only:
         say(f"long drain, {args.long_jobs:,} jobs at batch 10, vacuum service on and off")
         report["long"] = ours.long_drain(args.dsn, args.long_jobs, args.processes, 10, log_dir=log)
     if "future" in only:
         say(f"claim rate beside {args.future_jobs:,} future higher-priority jobs")
         report["future"] = timing.claim_rate_with_future(
-            args.dsn, args.future_jobs, repeats=args.repeats
+            args.dsn, args.future_jobs, repeats=args.repeats, **sizes(args, "future")
         )
     if "delayed" in only:
         runs = []
         for repeat in range(args.repeats):
             say(f"delayed-start lateness, repeat {repeat + 1} of {args.repeats}")
-            runs.append(timing.delayed_lateness(args.dsn, processes=args.processes, log_dir=log))
+            runs.append(
+                timing.delayed_lateness(
+                    args.dsn, processes=args.processes, log_dir=log, **sizes(args, "delayed")
+                )
+            )
             say(f"  lateness p50 {runs[-1]['p50_ms']:.2f} ms  p99 {runs[-1]['p99_ms']:.2f}")
         report["delayed"] = {
             **runs[0],

@@ -52,6 +52,9 @@ class Claimer:
         # without them (claim_builder's _unlimited variants: 9% less of the server's CPU a
         # claim), and such a claim takes nothing once a limit exists.
         self.limits = False
+        # The cursor the claims are sent on, kept across claims (read before the next is sent):
+        # a new one per claim built its result's loaders afresh (see jobs_api.execute_claim).
+        self._claim_cursor: psycopg.RawCursor[Any] | None = None
 
     def _reweigh(self) -> None:
         """Take the weights a reload wrote on the board, if it wrote new ones."""
@@ -59,6 +62,13 @@ class Claimer:
         if generation != self.weights_seen:
             self.queues.reweigh(dict(zip(self.queue_names, self.board.weights(), strict=True)))
             self.weights_seen = generation
+
+    def claim_cursor(self, conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
+        """The kept cursor of ``conn``; a new one after a reconnect."""
+        cursor = self._claim_cursor
+        if cursor is None or cursor.connection is not conn or cursor.closed:
+            cursor = self._claim_cursor = psycopg.RawCursor(conn)
+        return cursor
 
     def claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs across the pool's queues in one statement. Outcomes still
@@ -99,6 +109,7 @@ class Claimer:
                 cursors=cursors,
                 variant=variant,
                 aging=self.aging,
+                cursor=self.claim_cursor(conn),
             )
 
         self.token_due = None

@@ -48,6 +48,7 @@ class Completer:
         history: bool,
         on_scheduled: Callable[[], None] | None = None,
         on_unrecorded: Callable[[list[int]], None] | None = None,
+        on_ran: Callable[[int], None] | None = None,
     ) -> None:
         self.session = session
         self.board = board
@@ -59,6 +60,9 @@ class Completer:
         # Told the ids of the jobs that ran here and wait to be written, whenever they change
         # (the board shows them to the master: a child killed now held them run, not unstarted).
         self.on_unrecorded = on_unrecorded
+        # Told one more such id as each outcome is added (on_unrecorded's list grown by one),
+        # when given: telling the whole list at every add made a batch's bookkeeping quadratic.
+        self.on_ran = on_ran
         # Told which outcomes the database recorded and which the fence refused (the tracing
         # ends each attempt's span there, with a fence-rejected event for the refused).
         self.on_written: Callable[[list[Job], list[Job]], None] | None = None
@@ -80,13 +84,16 @@ class Completer:
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
-            result = self.returned.pop(job.id, None)
+            result = self.returned.pop(job.id, None) if self.returned else None
             self.done.append(job if result is None else job._replace(result=result))
         else:
             self.settled.append(settlement)
         if self.oldest is None:
             self.oldest = time.monotonic()
-        self._changed()
+        if self.on_ran is None:
+            self._changed()
+        elif settlement is None or settlement.label != "released":
+            self.on_ran(job.id)
 
     def held(self) -> list[int]:
         """The ids of the jobs whose outcome waits here."""

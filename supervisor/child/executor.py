@@ -28,7 +28,7 @@ from supervisor.shared.board import Board, Counter
 from supervisor.shared.redact import scrub
 
 if TYPE_CHECKING:
-    from supervisor.config import Config
+    from supervisor.config import Config, JobPolicy
     from supervisor.config.handlers import Handler
 
 log = logging.getLogger("pgq.worker")
@@ -113,6 +113,16 @@ class Executor:
         self.attempts = Attempts(telemetry) if telemetry is not None else None
         self.telemetry = telemetry
         self.opener = Opener.of(config)
+        # Each kind's policy, looked up once: Config.policy builds a default JobPolicy for a
+        # kind the YAML does not list at every call (three calls a job). A child's config does
+        # not change while it lives (a reload replaces the children).
+        self._policies: dict[str, JobPolicy] = {}
+
+    def policy(self, kind: str) -> JobPolicy:
+        found = self._policies.get(kind)
+        if found is None:
+            found = self._policies[kind] = self.config.policy(kind)
+        return found
 
     def written(self, recorded: list[Job], lost: list[Job]) -> None:
         """Completer.on_written: the attempts' spans end once their outcome is written."""
@@ -136,7 +146,7 @@ class Executor:
     def timed_out(self, job: Job) -> outcomes.Settlement:
         """The failure of a job stopped for running past its kind's timeout; for a kind with
         effects outside the database, its outcome is unknown instead."""
-        policy = self.config.policy(job.kind)
+        policy = self.policy(job.kind)
         reason = f"timed out after {policy.timeout:g}s (the kind's timeout); the worker was stopped"
         if policy.external:
             return outcomes.unknown(job, reason)
@@ -151,13 +161,13 @@ class Executor:
     def unstartable(self, job: Job) -> outcomes.Settlement | None:
         """The settlement of a job that must not start: cancelled after the claim, before its
         turn came (the master wrote it on the board), or of a kind with no handler here."""
-        if job.id in self.board.cancelled_jobs():
+        if self.board.is_cancelled(job.id):
             return outcomes.cancelled(job, "cancelled before it started", started=False)
         if job.kind in self.handlers:
             return None
         with self.counter_lock:
             self.board.count(Counter.UNKNOWN_KIND)
-        policy = self.config.policy(job.kind)
+        policy = self.policy(job.kind)
         known = ", ".join(sorted(self.handlers)) or "none"
         return outcomes.failure(
             job,
@@ -180,7 +190,7 @@ class Executor:
     def context(
         self, job: Job, started: float, reporter: progress.Reporter | None = None
     ) -> JobContext:
-        policy = self.config.policy(job.kind)
+        policy = self.policy(job.kind)
         return JobContext(
             id=job.id,
             kind=job.kind,
@@ -203,7 +213,7 @@ class Executor:
         refused = self.unstartable(job)
         if refused is not None:
             return refused
-        policy = self.config.policy(job.kind)
+        policy = self.policy(job.kind)
         args: dict[str, Any] = job.args
         secrets: list[Any] = []
         if self.opener.wants(job.kind, args):
@@ -227,10 +237,12 @@ class Executor:
         # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
         self.returned.pop(job.id, None)
         value: Any = None
-        traced = contextlib.ExitStack()
+        # Tracing off (the usual case): no context manager entered or closed around the job.
+        traced: contextlib.AbstractContextManager[Any] | None = None
         span = None
         if self.attempts is not None:
-            span = traced.enter_context(self.attempts.attempt(job, self.pool, self.worker_id))
+            traced = self.attempts.attempt(job, self.pool, self.worker_id)
+            span = traced.__enter__()
         meter = costs.Meter(shared=self.shared_process)
         meter.start()
         try:
@@ -272,7 +284,8 @@ class Executor:
             if reporter is not None:
                 with contextlib.suppress(Exception):  # progress never fails the attempt
                     reporter.finish()
-            traced.close()
+            if traced is not None:
+                traced.__exit__(None, None, None)
             if settlement is not None and settlement.error and self.config.web.redact:
                 # A handler's exception may quote its arguments (`card 4111... declined`): the
                 # text is kept, logged and put on the span, so the redacted values leave here.
@@ -308,7 +321,7 @@ class Executor:
         not JSON, or too large, fails the attempt instead of being dropped."""
         problem = outcomes.result_problem(value, self.config.results.max_size)
         if isinstance(problem, str):
-            policy = self.config.policy(job.kind)
+            policy = self.policy(job.kind)
             return outcomes.failure(
                 job,
                 f"the handler of job {job.id} ({job.kind}) returned a result that cannot be "

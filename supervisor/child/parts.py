@@ -46,6 +46,10 @@ class Parts:
             history=spec.config.history.enabled,
             on_scheduled=lambda: self.process.report(b"S"),
             on_unrecorded=self.unrecorded_changed,
+            # One more job run (the claims held are the same: it moved from in hand to the
+            # completer), told in constant time; the whole list and the held claims are
+            # published when outcomes are written.
+            on_ran=spec.board.add_unrecorded,
         )
         self.claimer = Claimer(self.session, self.completer)
         self.questions = Questions(self.session)

@@ -80,6 +80,11 @@ class WeightedQueues:
         The turn is counted among the queues with work only: each gains its weight and the
         first queue that gave jobs pays their total, so an empty queue shifts no one's share.
         ``charge=False``: a claim outside the rotation (a wake-up for one queue)."""
+        if len(order) == 1 and len(self.weights) == 1:
+            # A pool of one queue: its turn is always its own (the score it gains it pays), so
+            # only its rest changes; the general case's sets cost a claim of one job 4 us.
+            self._rested(order[0], bool(claimed), now)
+            return
         gave = {job.queue for job in claimed}
         reached = len(order) - 1
         if len(claimed) >= limit:
@@ -92,12 +97,17 @@ class WeightedQueues:
                 self._score[queue] += self.weights[queue]
             self._score[winner] -= sum(self.weights[q] for q in with_work)
         for queue in order[: reached + 1]:
-            if queue in gave:
-                self._empty_until[queue] = 0.0
-                self._rest[queue] = EMPTY_FOR
-            else:
-                self._empty_until[queue] = now + self._rest[queue]
-                self._rest[queue] = min(REST_CAP, 2 * self._rest[queue])
+            self._rested(queue, queue in gave, now)
+
+    def _rested(self, queue: str, gave: bool, now: float) -> None:
+        """A queue the claim reached: back in the rotation if it gave jobs, else resting for
+        longer each time it was found empty."""
+        if gave:
+            self._empty_until[queue] = 0.0
+            self._rest[queue] = EMPTY_FOR
+        else:
+            self._empty_until[queue] = now + self._rest[queue]
+            self._rest[queue] = min(REST_CAP, 2 * self._rest[queue])
 
     def wake(self, queue: str) -> None:
         """Jobs arrived on ``queue``: back in the rotation at once."""

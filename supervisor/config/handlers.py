@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from supervisor.config.extras import install_hint
@@ -51,6 +52,12 @@ def argument_mismatch(func: Callable[..., Any], args: Any, *, wants_context: boo
     """
     if not isinstance(args, Mapping):
         return f"its arguments must be a mapping of parameters, not a JSON {type(args).__name__}"
+    plan = _binding(func)
+    if plan is not None:
+        required, allowed = plan
+        keys = args.keys() | {_CONTEXT_PARAMETER} if wants_context else args.keys()
+        if required <= keys and (allowed is None or keys <= allowed):
+            return None  # binds: the names alone decide, for a signature without positional-only
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
@@ -78,6 +85,31 @@ def argument_mismatch(func: Callable[..., Any], args: Any, *, wants_context: boo
         said += [f"missing argument {k!r}" for k in missing]
         return f"{'; '.join(said) or exc} (the handler takes {signature})"
     return None
+
+
+def _binding(func: Callable[..., Any]) -> tuple[frozenset[str], frozenset[str] | None] | None:
+    """The names a keyword call of ``func`` must give and may give (None: any), read from its
+    signature once; None when the names alone cannot tell (positional-only parameters, no
+    signature, an unhashable callable). inspect.signature and bind at every job cost a child
+    about 7 us a job (a third of its Python at batch 100)."""
+    try:
+        return _binding_of(func)
+    except TypeError:  # unhashable
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _binding_of(func: Callable[..., Any]) -> tuple[frozenset[str], frozenset[str] | None] | None:
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in parameters):
+        return None
+    named = [p for p in parameters if p.kind in _CONTEXT_KINDS]
+    required = frozenset(p.name for p in named if p.default is inspect.Parameter.empty)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return required, None if takes_any else frozenset(p.name for p in named)
 
 
 def wants_context(func: Callable[..., Any]) -> bool:

@@ -221,8 +221,10 @@ def send_claim(
     cursors: Sequence[Cursor] = (),
     variant: str = "claim",
     aging: Mapping[str, float] | None = None,
+    cursor: psycopg.RawCursor[Any] | None = None,
 ) -> psycopg.Cursor[Any]:
-    """Send the claim and return its cursor without reading it (read it with ``read_claim``).
+    """Send the claim and return its cursor without reading it (read it with ``read_claim``;
+    ``cursor``: the cursor to send it on, see ``execute_claim``).
 
     One statement claims for every queue in ``queues``, whatever their number. ``done`` are
     finished jobs to complete in the same statement, so a worker's batch costs one statement
@@ -241,7 +243,7 @@ def send_claim(
         cursors=cursors,
         aging=aging,
     )
-    return execute_claim(conn, params, variant=variant)
+    return execute_claim(conn, params, variant=variant, cursor=cursor)
 
 
 def execute_claim(
@@ -250,13 +252,26 @@ def execute_claim(
     statement: tuple[str, tuple[str, ...]] | None = None,
     *,
     variant: str = "claim",
+    cursor: psycopg.RawCursor[Any] | None = None,
 ) -> psycopg.Cursor[Any]:
     """Run the claim with ``claim_params``'s parameters, sent with the statement's own ``$n``
     placeholders (``claim_builder.native``: psycopg would parse its text again at every run).
     ``statement``: another claim's text in that form (``queries.native_text``; the benchmarks'
-    earlier claims)."""
+    earlier claims). ``cursor``: a cursor of ``conn`` to run it on, read before the next claim
+    is sent on it (a child keeps one: a new cursor builds its column loaders afresh at every
+    claim); a cursor of another connection is not used."""
     text, names = statement or claim_builder.native(variant)
-    return psycopg.RawCursor(conn).execute(text, [params[name] for name in names])
+    if cursor is None or cursor.connection is not conn:
+        cursor = psycopg.RawCursor(conn)
+    return cursor.execute(encoded(text), [params[name] for name in names])
+
+
+@lru_cache(maxsize=16)
+def encoded(text: str) -> bytes:
+    """A statement's text as the bytes psycopg sends, made once: given a str, psycopg encodes
+    the claim's 11,600 characters at every run, and the new bytes' hash (its key among the
+    prepared statements) is computed afresh too; a bytes object kept here keeps its hash."""
+    return text.encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -278,13 +293,37 @@ def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed
     # The last row carries the completed ids and the limits' wait; every row before it is a
     # claimed job. Columns found by name: the benchmarks read older claims (earlier releases',
     # scripts/benchmarks/benchlib/earlier_claims.sql) with fewer job columns and no limit_wait.
-    names = [column.name for column in cursor.description or ()]
-    at = names.index("completed")
-    jobs = [Job(*row[:at]) for row in rows[:-1]]
-    jobs.sort(key=lambda j: j.sort_key)
-    wait = rows[-1][names.index("limit_wait")] if "limit_wait" in names else None
-    found = bool(rows[-1][names.index("limits_found")]) if "limits_found" in names else False
-    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait, found)
+    result = cursor.pgresult
+    assert result is not None, "read_claim needs the claim's cursor, executed"
+    at, wait_at, found_at = _reply_columns(tuple(map(result.fname, range(result.nfields))))
+    last = rows[-1]
+    if len(rows) == 1:
+        jobs = []
+    else:
+        jobs = [Job(*row[:at]) for row in rows[:-1]]
+        if len(jobs) > 1:
+            jobs.sort(key=_claim_order)
+    wait = last[wait_at] if wait_at is not None else None
+    found = bool(last[found_at]) if found_at is not None else False
+    return Claimed(jobs, _split(done, last[at] or ()), wait, found)
+
+
+@lru_cache(maxsize=16)
+def _reply_columns(names: tuple[bytes | None, ...]) -> tuple[int, int | None, int | None]:
+    """Where a claim's reply holds ``completed``, ``limit_wait`` and ``limits_found``, from its
+    column names: read from the result itself, which cursor.description would wrap in a Column
+    object each (16 a claim, more than the rest of reading a batch of one)."""
+    found = [name.decode() if name is not None else "" for name in names]
+
+    def where(name: str) -> int | None:
+        return found.index(name) if name in found else None
+
+    return found.index("completed"), where("limit_wait"), where("limits_found")
+
+
+def _claim_order(job: Job) -> tuple[int, datetime, int]:
+    """Job.sort_key, read by position (a property call per comparison key costs more)."""
+    return (-job[4], job[5], job[0])
 
 
 def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:

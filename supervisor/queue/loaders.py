@@ -37,10 +37,9 @@ class _JsonbTextLoader(Loader):
         # bytes for a memoryview, str for the decoder: what json.loads does, minus the guess.
         return _load(bytes(data).decode(self._encoding))
 
-    def __init__(self, oid: int, context: Any = None) -> None:
-        super().__init__(oid, context)
-        conn = self.connection
-        self._encoding = conn.info.encoding if conn is not None else "utf-8"
+    # The connection's encoding, set by use_fast_json on the subclass it registers (asking
+    # conn.info at each loader made, two a claim, cost more than loading a row's args).
+    _encoding = "utf-8"
 
 
 class _JsonbBinaryLoader(_JsonbTextLoader):
@@ -55,6 +54,9 @@ class _JsonbBinaryLoader(_JsonbTextLoader):
 
 def use_fast_json(conn: psycopg.Connection[Any]) -> None:
     """Load json and jsonb results on ``conn`` with the faster loaders."""
-    conn.adapters.register_loader("jsonb", _JsonbTextLoader)
-    conn.adapters.register_loader("json", _JsonbTextLoader)
-    conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    encoding = conn.info.encoding
+    text = type("_JsonbTextLoader", (_JsonbTextLoader,), {"_encoding": encoding})
+    binary = type("_JsonbBinaryLoader", (_JsonbBinaryLoader,), {"_encoding": encoding})
+    conn.adapters.register_loader("jsonb", text)
+    conn.adapters.register_loader("json", text)
+    conn.adapters.register_loader("jsonb", binary)

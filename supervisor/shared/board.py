@@ -179,6 +179,19 @@ class Board:
         u[base + 2 : base + 2 + len(ids)] = array("Q", ids)
         u[base] += 1  # even: consistent
 
+    def add_unrecorded(self, job_id: int) -> None:
+        """One more job that ran here and waits to be written: set_unrecorded's list grown by
+        one id, in constant time (rewriting the whole list at every job cost a batch of 100
+        about 5 us a job; the list is rewritten whole when outcomes are written)."""
+        base, u = self._unrecorded_at, self._u
+        count = u[base + 1]
+        if count >= self.unrecorded_room:
+            return
+        u[base] += 1  # odd: writing
+        u[base + 2 + count] = job_id
+        u[base + 1] = count + 1
+        u[base] += 1  # even: consistent
+
     def set_held(self, claims: list[tuple[int, int]]) -> None:
         """The claims (job id, lease id) this child holds; past the room, only how many."""
         base, u = self._held_at, self._u
@@ -199,6 +212,11 @@ class Board:
     def cancelled_jobs(self) -> set[int]:
         """The jobs the master was asked to cancel."""
         return {int(i) for i in self._u[_CANCELS_AT:HEADER_WORDS] if i}
+
+    def is_cancelled(self, job_id: int) -> bool:
+        """Whether the master was asked to cancel ``job_id``: one look per job started, with no
+        set built (cancelled_jobs' set cost about 1 us a job)."""
+        return job_id in self._u[_CANCELS_AT:HEADER_WORDS].tolist()
 
     # -- read by the master ----------------------------------------------------------------
 

@@ -58,6 +58,27 @@ def test_each_cancel_has_a_word_of_its_own() -> None:
     assert 100 + CANCEL_SLOTS - 1 in board.cancelled_jobs()
 
 
+def test_a_job_added_to_the_unrecorded_grows_the_list_by_one_within_its_room() -> None:
+    board = Board(threads=1, unrecorded=3)
+    board.add_unrecorded(5)
+    board.add_unrecorded(6)
+    assert board.unrecorded() == [5, 6]
+    board.add_unrecorded(7)
+    board.add_unrecorded(8)  # past the room: not listed, as set_unrecorded truncates
+    assert board.unrecorded() == [5, 6, 7]
+    board.set_unrecorded([])  # written: the list starts again
+    board.add_unrecorded(9)
+    assert board.unrecorded() == [9]
+    board.close()
+
+
+def test_a_cancel_is_seen_by_job() -> None:
+    board = Board(1)
+    assert not board.is_cancelled(11)
+    board.cancel_job(11)
+    assert board.is_cancelled(11) and not board.is_cancelled(12)
+
+
 def test_the_claims_held_round_trip_and_say_when_they_do_not_fit() -> None:
     """The master renews what a child shows here (services/leases.py); a list that does not
     fit says so, and the master renews that child by worker identity instead."""

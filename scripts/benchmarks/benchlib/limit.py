@@ -1,6 +1,7 @@
 """The database's own limit: our claim-and-complete SQL driven by pgbench, with no Python.
 
-Two shapes, both from the ``claim`` statement of sql/claim.sql (taken at run time; only its
+Two shapes, both from the claim a child sends for the batch on a database without limits
+(``claim_builder.variant``, taken at run time; only its
 parameters are replaced: literals for the queue, worker, lease and batch size, and pgbench
 variables for the claimed ids, which each claim hands on through ``\\gset`` after its final
 SELECT is replaced by one that folds the claimed rows into two arrays):
@@ -43,6 +44,8 @@ from typing import Any
 
 from psycopg import conninfo
 
+from supervisor.queue import claim_builder
+from supervisor.queue.jobs import claim_params
 from supervisor.queue.migrations import migrate
 from supervisor.queue.queries import query
 
@@ -91,6 +94,26 @@ def substitute(statement: str, values: dict[str, str]) -> str:
     return _PARAM.sub(one, statement)
 
 
+def sql_literal(value: Any) -> str:
+    """One claim parameter as the SQL literal pgbench's script carries in its place."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def claim_values(batch: int, *, history: bool) -> dict[str, str]:
+    """Every parameter of the claim as a literal, from the child's own ``claim_params`` (one
+    queue, no tenants' weights, no cursors), so a parameter the claim gains is filled here
+    without a change: a hand-written list of values broke this limit when the claim took its
+    queues as an array (KeyError: no value for parameter 'queues')."""
+    params = claim_params(
+        "default", worker="pgbench", limit=batch, lease_seconds=60, history=history
+    )
+    return {name: sql_literal(value) for name, value in params.items()}
+
+
 def pgbench_script(
     batch: int,
     *,
@@ -103,24 +126,18 @@ def pgbench_script(
     two (a claim completing nothing, then a completion claiming nothing)."""
     quote = "quote_literal" if protocol == "simple" else ""
     empty = "'{}'"
-    values = {
-        "queue": "'default'",
-        "limit": str(batch),
-        "worker": "'pgbench'",
-        "lease_seconds": "60",
-        "history": "true" if history else "false",
-    }
-    statement = query("claim")
+    values = claim_values(batch, history=history)
+    nothing = claim_values(0, history=history) | {"queues": "'{}'", "resume": "'{}'"}
+    # The variant a child sends for this batch on a database without limits (the child's
+    # first claims; claim_builder.variant), so that both sides run the same statement.
+    statement = query(claim_builder.variant(limits=False, batch=batch))
     final = _FINAL_SELECT.search(statement)
     assert final is not None, "the claim statement has no final SELECT"
     folding = statement[: final.start()] + FOLD_CLAIMED.format(quote=quote)
     if shape == "one_statement":
         return substitute(folding, values | {"done_ids": ":ids", "done_lease_ids": ":lease_ids"})
     claim = substitute(folding, values | {"done_ids": empty, "done_lease_ids": empty})
-    complete = substitute(
-        statement,
-        values | {"queue": "''", "limit": "0", "done_ids": ":ids", "done_lease_ids": ":lease_ids"},
-    )
+    complete = substitute(statement, nothing | {"done_ids": ":ids", "done_lease_ids": ":lease_ids"})
     return claim + complete + ";\n"
 
 

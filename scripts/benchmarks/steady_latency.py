@@ -1,0 +1,177 @@
+"""Pickup latency at a fixed offered rate, clean and with the xmin horizon held (issue 36, 4).
+
+For each --rates value, on a fresh database: a real supervisor (--processes children, batch
+--batch, history on, its vacuum service on) drains no-op jobs that a producer enqueues at that
+rate (enqueue_many every 10 ms, with the wake-up notify, as an application would). Two phases of
+--seconds each follow a --warm period:
+
+- ``clean``: nothing else runs;
+- ``held``: a REPEATABLE READ session holds a snapshot (a report, pg_dump, a replica's
+  hot_standby_feedback) for the whole phase, so no dead row of pgq.jobs can be removed.
+
+Pickup is a job's wait from its enqueue to its claim: started_at - created_at of its history
+row (both the database's clock, each its transaction's start), for the jobs claimed in the
+phase. At the end of each phase: pgq.jobs' dead tuples (pg_stat_user_tables, read after the
+statistics' flush) and the backlog left. Prints a line per phase and, last, one JSON line.
+
+    .venv/bin/python scripts/benchmarks/steady_latency.py [--rates 1000,3000,5000] \\
+        [--seconds 30] [--warm 5] [--processes 2] [--batch 10]
+
+The DSN comes from --dsn, else PGQ_BENCH_DSN, else the machine's PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import psycopg
+from benchlib.common import default_log_dir, fresh_database
+from benchlib.ours import Supervisor, config_text, wait_idle_children
+
+from supervisor.queue.enqueue import NewJob, enqueue_many
+from supervisor.queue.migrations import migrate
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+TICK = 0.010
+
+PICKUP = """
+SELECT count(*),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY w),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY w),
+       max(w)
+FROM (
+    SELECT extract(epoch FROM started_at - created_at) * 1000 AS w
+    FROM pgq.job_history
+    WHERE started_at >= %(begun)s AND started_at < %(ended)s
+) AS h
+"""
+
+DEAD = """
+SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables
+WHERE schemaname = 'pgq' AND relname = 'jobs'
+"""
+
+
+def produce(db: str, rate: int, stop: threading.Event, sent: list[int]) -> None:
+    """Enqueue at ``rate`` jobs/s until stopped: each tick what is owed by then."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        begun = time.monotonic()
+        while not stop.is_set():
+            owed = int((time.monotonic() - begun) * rate) - sent[0]
+            if owed > 0:
+                enqueue_many(conn, [NewJob("noop", {}) for _ in range(owed)])
+                sent[0] += owed
+            time.sleep(TICK)
+
+
+def hold(db: str, release: threading.Event, holding: threading.Event) -> None:
+    with psycopg.connect(db) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.execute("SELECT count(*) FROM pgq.queue_limits").fetchone()  # takes the snapshot
+        holding.set()
+        release.wait()
+        conn.rollback()
+
+
+def clock(conn: psycopg.Connection[Any]) -> Any:
+    return conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+
+
+def phase(
+    conn: psycopg.Connection[Any], name: str, rate: int, seconds: float, sent: list[int]
+) -> dict[str, Any]:
+    before, begun = sent[0], clock(conn)
+    time.sleep(seconds)
+    ended = clock(conn)
+    offered = sent[0] - before
+    count, p50, p99, peak = conn.execute(PICKUP, {"begun": begun, "ended": ended}).fetchone()  # type: ignore[misc]
+    time.sleep(1.2)  # the backends' statistics reach pg_stat_user_tables within a second
+    dead, live = conn.execute(DEAD).fetchone() or (None, None)  # type: ignore[misc]
+    result = {
+        "phase": name,
+        "rate": rate,
+        "seconds": seconds,
+        "offered_per_s": round(offered / seconds),
+        "claimed_per_s": round(count / seconds),
+        "pickup_p50_ms": round(float(p50 or 0.0), 2),
+        "pickup_p99_ms": round(float(p99 or 0.0), 2),
+        "pickup_max_ms": round(float(peak or 0.0), 2),
+        "dead_tuples": dead,
+        "live_tuples": live,
+    }
+    print(
+        f"  {rate:>6,}/s {name:6s} claimed {result['claimed_per_s']:>6,}/s  pickup p50 "
+        f"{result['pickup_p50_ms']:8.2f} ms  p99 {result['pickup_p99_ms']:8.2f}  max "
+        f"{result['pickup_max_ms']:8.2f}  dead tuples {dead:,}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
+
+
+def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
+    log = default_log_dir()
+    with fresh_database(args.dsn, f"steady_{rate}") as db:
+        migrate(db)
+        config = config_text(args.processes, args.batch, history=True)
+        stop, release, holding = threading.Event(), threading.Event(), threading.Event()
+        sent = [0]
+        producer = threading.Thread(target=produce, args=(db, rate, stop, sent), daemon=True)
+        holder = threading.Thread(target=hold, args=(db, release, holding), daemon=True)
+        with (
+            psycopg.connect(db, autocommit=True) as conn,
+            Supervisor(db, config, log, "steady") as sup,
+        ):
+            # Offered from when the children are up, so that no start-up backlog is measured.
+            wait_idle_children(conn, sup, args.processes, 120.0)
+            producer.start()
+            try:
+                time.sleep(args.warm)
+                results = [phase(conn, "clean", rate, args.seconds, sent)]
+                holder.start()
+                holding.wait(30)
+                results.append(phase(conn, "held", rate, args.seconds, sent))
+            finally:
+                release.set()
+                stop.set()
+                producer.join(30)
+                holder.join(30)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", default=os.environ.get("PGQ_BENCH_DSN", DEFAULT_DSN))
+    parser.add_argument("--rates", default="1000,3000,5000")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--warm", type=float, default=5.0)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=10)
+    args = parser.parse_args()
+    load = os.getloadavg()
+    phases = [p for rate in map(int, args.rates.split(",")) for p in run_rate(args, rate)]
+    report = {
+        "scenario": "steady_latency",
+        "processes": args.processes,
+        "batch": args.batch,
+        "load_average_at_start": load,
+        "load_average_at_end": os.getloadavg(),
+        "timed_by": "job_history started_at - created_at (database clock)",
+        "phases": phases,
+    }
+    print(json.dumps(report, default=str, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
