@@ -8,12 +8,21 @@ queue drain and reads the verdict:
 - ``switchover``: a planned switchover (``patronictl switchover``);
 - ``postmaster-kill``: the primary's postmaster SIGKILLed (Patroni restarts it, or fails over);
 - ``leader-crash``: the primary's Patroni and postmaster SIGKILLed together (the host is gone:
-  the replica is promoted once the leader key expires).
+  the replica is promoted once the leader key expires);
+- ``network-cut``: the leader (its Patroni and PostgreSQL, in a network namespace) cut off
+  from etcd and the replica while its clients still reach it (failover_cluster.py): Patroni
+  demotes it when it cannot renew the leader key, the replica is promoted when the key
+  expires; a witness (failover_probe.py) writes to the old leader throughout and records
+  which node called itself primary when.
 
 ``--sync`` (default) runs Patroni's synchronous mode, ``--async`` plain streaming replication.
 
-Figures per cell, one JSON line each: committed jobs lost (acknowledged to the producer, never
-run), jobs run twice, seconds without a completion around the move, pickup p50 before and after,
+Figures per cell, one JSON line each: whether the primary moved (a switchover Patroni refuses is
+reported with its reason), committed jobs lost (acknowledged to the producer, never run), jobs
+run twice, seconds without a completion around the move, pickup p50 before and after (jobs
+enqueued in the steady state before the move, and from 2 s after completions resumed), the
+idle pickup after the move (single jobs into an empty queue: NOTIFY on the new primary, not the
+5 s poll, must wake the children),
 schedule ticks against the expected count (and any two closer than a second: a tick enqueued
 late after the outage, or one run twice), rescues logged (a lease
 falsely expired is a rescue of a live worker's job), the masters' longest turn.
@@ -40,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -49,235 +57,39 @@ import psycopg
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+
+from failover_cluster import NODES, Cluster, wait  # noqa: E402
+from failover_probe import PROBE_TABLE, Prober  # noqa: E402
 
 from supervisor import NewJob, enqueue_many  # noqa: E402
 from supervisor.queue.migrations import migrate  # noqa: E402
 
-CELLS = ("switchover", "postmaster-kill", "leader-crash")
-ETCD_CLIENT = 23790
-ETCD_PEER = 23800
-NODES = {"node1": (55431, 8101), "node2": (55432, 8102)}
+CELLS = ("switchover", "postmaster-kill", "leader-crash", "network-cut")
+# Where the primary must end up: elsewhere, or (postmaster-kill) wherever Patroni chose.
+MUST_MOVE = {"switchover", "leader-crash", "network-cut"}
 DATABASE = "drill"
+# An idle child's fallback poll, long enough that a wake-up by NOTIFY and one by polling are
+# told apart in the idle pickup after the move.
+POLL_INTERVAL = 5.0
 _TURN = re.compile(r"a turn took (\d+\.\d+)s")
-
-
-def pg_bin_dir() -> Path:
-    for major in ("17", "16", "15"):
-        path = Path(f"/usr/lib/postgresql/{major}/bin")
-        if (path / "postgres").exists():
-            return path
-    raise SystemExit("no PostgreSQL server binaries under /usr/lib/postgresql")
 
 
 def available() -> str | None:
     """Why the drill cannot run here, or None."""
     if os.geteuid() != 0:
         return "needs root (PostgreSQL runs as the postgres user)"
-    for tool in ("patroni", "patronictl", "etcd"):
+    for tool in ("patroni", "patronictl", "etcd", "ip", "runuser"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install patroni etcd-server)"
+            return f"{tool} is not installed (apt-get install patroni etcd-server iproute2)"
     return None
 
 
-def multi_host_dsn(database: str = DATABASE) -> str:
-    hosts = ",".join(f"127.0.0.1:{port}" for port, _ in NODES.values())
-    return f"postgresql://postgres@{hosts}/{database}?target_session_attrs=read-write&connect_timeout=2"
-
-
-class Cluster:
-    """etcd and two Patroni nodes in a scratch folder owned by the postgres user."""
-
-    def __init__(self, work: Path, *, synchronous: bool) -> None:
-        self.work = work
-        self.synchronous = synchronous
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        shutil.chown(work, "postgres", "postgres")
-
-    def start(self) -> None:
-        etcd_dir = self.work / "etcd"
-        self.procs["etcd"] = self._spawn(
-            "etcd",
-            [
-                "etcd",
-                "--name=e1",
-                f"--data-dir={etcd_dir}",
-                f"--listen-client-urls=http://127.0.0.1:{ETCD_CLIENT}",
-                f"--advertise-client-urls=http://127.0.0.1:{ETCD_CLIENT}",
-                f"--listen-peer-urls=http://127.0.0.1:{ETCD_PEER}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PEER}",
-                f"--initial-cluster=e1=http://127.0.0.1:{ETCD_PEER}",
-            ],
-        )
-        for name in NODES:
-            self.start_node(name)
-            if name == "node1":
-                wait("node1 leads", lambda: self.leader() == "node1", 90)
-        wait("a streaming replica", self.has_streaming_replica, 90)
-        if self.synchronous:
-            wait("a synchronous standby", self.has_sync_standby, 60)
-
-    def node_config(self, name: str) -> Path:
-        port, rest = NODES[name]
-        config = {
-            "scope": "pgqdrill",
-            "namespace": "/pgqdrill/",
-            "name": name,
-            "restapi": {"listen": f"127.0.0.1:{rest}", "connect_address": f"127.0.0.1:{rest}"},
-            "etcd3": {"hosts": f"127.0.0.1:{ETCD_CLIENT}"},
-            "bootstrap": {
-                "dcs": {
-                    "ttl": 10,
-                    "loop_wait": 1,
-                    "retry_timeout": 4,
-                    "maximum_lag_on_failover": 16 * 1024 * 1024,
-                    "synchronous_mode": self.synchronous,
-                    "postgresql": {
-                        "use_pg_rewind": True,
-                        "parameters": {
-                            "wal_level": "replica",
-                            "hot_standby": "on",
-                            "max_wal_senders": 10,
-                            "max_replication_slots": 10,
-                            "wal_log_hints": "on",
-                            "max_connections": 100,
-                        },
-                    },
-                },
-                "initdb": [{"encoding": "UTF8"}, {"auth": "trust"}],
-            },
-            "postgresql": {
-                "listen": f"127.0.0.1:{port}",
-                "connect_address": f"127.0.0.1:{port}",
-                "data_dir": str(self.work / name),
-                "bin_dir": str(pg_bin_dir()),
-                "pgpass": str(self.work / f"{name}.pgpass"),
-                "authentication": {
-                    "superuser": {"username": "postgres"},
-                    "replication": {"username": "postgres"},
-                },
-                "parameters": {"unix_socket_directories": str(self.work)},
-                "pg_hba": [
-                    "local all all trust",
-                    "host all all 127.0.0.1/32 trust",
-                    "host replication all 127.0.0.1/32 trust",
-                ],
-            },
-        }
-        path = self.work / f"{name}.yml"
-        path.write_text(yaml.safe_dump(config))
-        shutil.chown(path, "postgres", "postgres")
-        return path
-
-    def start_node(self, name: str) -> None:
-        self.procs[name] = self._spawn(name, ["patroni", str(self.node_config(name))])
-
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = (self.work / f"{name}.log").open("ab")
-        return subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, user="postgres", start_new_session=True
-        )
-
-    def rest(self, name: str, path: str) -> tuple[int, dict[str, Any]]:
-        _, port = NODES[name]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as r:
-                return r.status, json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                return exc.code, json.loads(exc.read() or b"{}")
-            except ValueError:
-                return exc.code, {}
-        except (OSError, ValueError):
-            return 0, {}
-
-    def role(self, name: str) -> str:
-        status, body = self.rest(name, "/patroni")
-        return str(body.get("role", "")) if status else ""
-
-    def leader(self) -> str | None:
-        for name in NODES:
-            if self.role(name) in ("primary", "master"):
-                return name
-        return None
-
-    def has_streaming_replica(self) -> bool:
-        leader = self.leader()
-        if leader is None:
-            return False
-        _, body = self.rest(leader, "/cluster")
-        return any(
-            m.get("role") in ("replica", "sync_standby")
-            and m.get("state") in ("streaming", "running")
-            for m in body.get("members", [])
-        )
-
-    def has_sync_standby(self) -> bool:
-        leader = self.leader()
-        if leader is None:
-            return False
-        _, body = self.rest(leader, "/cluster")
-        return any(m.get("role") == "sync_standby" for m in body.get("members", []))
-
-    def postmaster_pid(self, name: str) -> int:
-        return int((self.work / name / "postmaster.pid").read_text().split()[0])
-
-    def switchover(self) -> None:
-        leader = self.leader()
-        candidate = next(n for n in NODES if n != leader)
-        subprocess.run(
-            [
-                "patronictl",
-                "-c",
-                str(self.work / f"{leader}.yml"),
-                "switchover",
-                "--candidate",
-                candidate,
-                "--force",
-            ],
-            check=True,
-            capture_output=True,
-            user="postgres",
-        )
-
-    def kill_postmaster(self) -> None:
-        leader = self.leader()
-        assert leader is not None
-        os.kill(self.postmaster_pid(leader), signal.SIGKILL)
-
-    def crash_leader(self) -> str:
-        """The leader's host gone: its Patroni and its PostgreSQL SIGKILLed together. Returns
-        the node, which is started again later (as a new replica, rewound)."""
-        leader = self.leader()
-        assert leader is not None
-        pid = self.postmaster_pid(leader)
-        os.killpg(self.procs[leader].pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        return leader
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for proc in self.procs.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        # A postmaster whose Patroni was killed outlives it: stop what is left in the folder.
-        subprocess.run(["pkill", "-9", "-f", str(self.work)], check=False)
-
-
-def wait(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"waited {timeout:.0f}s for {what}")
+def multi_host_dsn(cluster: Cluster, database: str = DATABASE) -> str:
+    return (
+        f"postgresql://postgres@{cluster.client_hosts()}/{database}"
+        "?target_session_attrs=read-write&connect_timeout=2"
+    )
 
 
 class Producer(threading.Thread):
@@ -324,14 +136,21 @@ class Producer(threading.Thread):
             time.sleep(max(0.0, 0.02 - (time.monotonic() - started)))
 
 
-def supervisor_config(work: Path, index: int) -> Path:
+def supervisor_config(work: Path, index: int, dsn: str) -> Path:
     config = {
-        "database": {"dsn": multi_host_dsn(), "connect_timeout": "2s"},
+        "database": {"dsn": dsn, "connect_timeout": "2s"},
         "handlers": {
             "work": "failover_drill_jobs:work",
             "tick": "failover_drill_jobs:tick",
         },
-        "pools": {"main": {"processes": 2, "batch": 10, "queues": {"default": 1}}},
+        "pools": {
+            "main": {
+                "processes": 2,
+                "batch": 10,
+                "queues": {"default": 1},
+                "poll_interval": f"{POLL_INTERVAL:.0f}s",
+            }
+        },
         "schedules": {"tick": {"every": "2s", "kind": "tick"}},
         "shutdown_timeout": "10s",
     }
@@ -340,7 +159,7 @@ def supervisor_config(work: Path, index: int) -> Path:
     return path
 
 
-def start_supervisor(work: Path, index: int, ledger: Path) -> subprocess.Popen[bytes]:
+def start_supervisor(work: Path, index: int, ledger: Path, dsn: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "PGQ_DRILL_LEDGER": str(ledger),
@@ -354,7 +173,7 @@ def start_supervisor(work: Path, index: int, ledger: Path) -> subprocess.Popen[b
             "-m",
             "supervisor.cli",
             "-c",
-            str(supervisor_config(work, index)),
+            str(supervisor_config(work, index, dsn)),
             "--log-level",
             "debug",
             "run",
@@ -388,45 +207,104 @@ def p50_ms(values: list[float]) -> float | None:
     return round(statistics.median(values) * 1000, 1) if values else None
 
 
+def move(cell: str, cluster: Cluster, before: str) -> dict[str, Any]:
+    """Makes the primary move the cell's way and waits for a primary: elsewhere when the cell
+    must move it (a switchover Patroni refuses is reported, with its reason, not waited out)."""
+    moved_at = time.time()
+    other = next(n for n in NODES if n != before)
+    said = ""
+    figures: dict[str, Any] = {}
+    if cell == "switchover":
+        said = cluster.switchover()
+    elif cell == "postmaster-kill":
+        cluster.kill_postmaster()
+    elif cell == "leader-crash":
+        cluster.crash_leader()
+    else:
+        cluster.cut()
+    if cell in MUST_MOVE:
+        # The old leader may still call itself primary for a while (cut off, it has not yet
+        # noticed): what counts is the other node taking over.
+        with contextlib.suppress(TimeoutError):
+            wait("the primary moved", lambda: cluster.role(other) in ("primary", "master"), 60)
+        after = other if cluster.role(other) in ("primary", "master") else cluster.leader()
+    else:
+        with contextlib.suppress(TimeoutError):
+            wait("a primary again", lambda: cluster.leader() is not None, 90)
+        after = cluster.leader()
+    figures["primary_before"], figures["primary_after"] = before, after
+    figures["moved"] = after is not None and after != before
+    figures["seconds_to_primary"] = round(time.time() - moved_at, 1)
+    if cell == "switchover" and not figures["moved"]:
+        figures["refusal"] = cluster.refusal(before, moved_at) or said[-300:]
+    figures["_moved_at"] = moved_at
+    return figures
+
+
+def idle_pickups(dsn: str, ledger: Path, count: int = 8) -> list[float]:
+    """Jobs enqueued one at a time into an empty queue, children idle: a wake-up by NOTIFY
+    (the listener re-established on the new primary) picks each up in milliseconds; polling
+    would take up to POLL_INTERVAL."""
+    waits = []
+    time.sleep(1.0)
+    for i in range(count):
+        seq = 10_000_000 + i
+        at = time.time()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            enqueue_many(conn, [NewJob("work", {"seq": seq, "at": at})])
+        with contextlib.suppress(TimeoutError):
+            wait(
+                "an idle pickup",
+                lambda seq=seq: any(r[1] == seq for r in read_ledger(ledger)),
+                POLL_INTERVAL * 2,
+            )
+        ran = [r[3] for r in read_ledger(ledger) if r[1] == seq]
+        waits.append(ran[0] - at if ran else POLL_INTERVAL * 2)
+        time.sleep(0.5)
+    return waits
+
+
 def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"pgq-failover-{cell}-"))
-    cluster = Cluster(work, synchronous=synchronous)
+    cluster = Cluster(work, synchronous=synchronous, cut=cell == "network-cut")
     supervisors: list[subprocess.Popen[bytes]] = []
     ledger = work / "ledger"
     result: dict[str, Any] = {"cell": cell, "replication": "sync" if synchronous else "async"}
+    prober: Prober | None = None
     try:
         cluster.start()
-        with psycopg.connect(multi_host_dsn("postgres"), autocommit=True) as admin:
+        dsn = multi_host_dsn(cluster)
+        with psycopg.connect(multi_host_dsn(cluster, "postgres"), autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {DATABASE}")
-        migrate(multi_host_dsn())
-        supervisors = [start_supervisor(work, i, ledger) for i in (1, 2)]
+        migrate(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(PROBE_TABLE)
+        supervisors = [start_supervisor(work, i, ledger, dsn) for i in (1, 2)]
         # The load starts once the supervisors serve (their first tick has run).
         wait(
             "the supervisors serving", lambda: any(r[0] == "tick" for r in read_ledger(ledger)), 60
         )
-        producer = Producer(multi_host_dsn(), rate)
+        producer = Producer(dsn, rate)
         producer.start()
         loaded_at = time.time()
         time.sleep(seconds / 2)
         before = cluster.leader()
-        moved_at = time.time()
-        crashed = None
-        if cell == "switchover":
-            cluster.switchover()
-        elif cell == "postmaster-kill":
-            cluster.kill_postmaster()
-        else:
-            crashed = cluster.crash_leader()
-        wait(
-            "a primary again",
-            lambda: cluster.leader() is not None and cluster.leader() != crashed,
-            90,
-        )
-        result["primary_before"], result["primary_after"] = before, cluster.leader()
-        result["seconds_to_primary"] = round(time.time() - moved_at, 1)
-        if crashed is not None:
-            cluster.start_node(crashed)  # back as a replica (pg_rewind), as an operator would
+        assert before is not None
+        if cell == "network-cut":
+            hosts = {n: f"{cluster.client_host(n)}:{port}" for n, (port, _) in NODES.items()}
+            prober = Prober(hosts, DATABASE)
+            prober.start(before)
+            time.sleep(1.0)
+        figures = move(cell, cluster, before)
+        moved_at = figures.pop("_moved_at")
+        result.update(figures)
+        primary_at = moved_at + figures["seconds_to_primary"]
+        if cell == "leader-crash":
+            cluster.start_node(before)  # back as a replica (pg_rewind), as an operator would
         time.sleep(seconds / 2)
+        if cell == "network-cut":
+            cluster.heal()  # node1 rejoins, rewound, as a replica
+            result["cut_s"] = round(time.time() - moved_at, 1)
         producer.stop.set()
         producer.join(10)
         stopped_at = time.time()
@@ -438,17 +316,23 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
 
         with contextlib.suppress(TimeoutError):
             wait("every committed job run", drained, 60)
+        idle = idle_pickups(dsn, ledger)
+        ended_at = time.time()
         rows = read_ledger(ledger)
-        work_rows = [r for r in rows if r[0] == "work"]
+        work_rows = [r for r in rows if r[0] == "work" and r[1] < 10_000_000]
         runs = Counter(seq for _, seq, _, _ in work_rows)
-        ticks = sorted(ran for kind, _, _, ran in rows if kind == "tick")
+        ticks = sorted(ran for kind, _, _, ran in rows if kind == "tick" and ran <= ended_at)
         lost = sorted(set(committed) - set(runs))
         twice = sorted(seq for seq, n in runs.items() if n > 1)
+        completions = sorted(r[3] for r in work_rows)
+        resumed_at = next((t for t in completions if t > primary_at), ended_at)
+        # Pickup: jobs enqueued (not the delayed one in ten) in the steady state before the
+        # move, and from 2 s after completions resumed on the new primary.
         waits_before = [
-            ran - at for _, seq, at, ran in work_rows if loaded_at + 2 < ran < moved_at and seq % 10
+            ran - at for _, seq, at, ran in work_rows if loaded_at + 2 < at < moved_at and seq % 10
         ]
         waits_after = [
-            ran - at for _, seq, at, ran in work_rows if ran > moved_at + 10 and seq % 10
+            ran - at for _, seq, at, ran in work_rows if at > resumed_at + 2 and seq % 10
         ]
         logs = "".join((work / f"supervisor{i}.log").read_text(errors="replace") for i in (1, 2))
         turns = [float(m.group(1)) for m in _TURN.finditer(logs)]
@@ -461,21 +345,36 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
                 "lost_in_doubt": len(set(lost) & producer.in_doubt),
                 "run_twice": len(twice),
                 "seconds_without_completions": round(
-                    longest_gap([r[3] for r in work_rows], moved_at - 1, stopped_at), 2
+                    longest_gap(completions, moved_at - 1, stopped_at), 2
                 ),
+                "seconds_to_resume": round(resumed_at - moved_at, 2),
                 "pickup_p50_ms_before": p50_ms(waits_before),
                 "pickup_p50_ms_after": p50_ms(waits_after),
+                "idle_pickup_p50_ms_after": p50_ms(idle),
+                "idle_pickup_max_ms_after": round(max(idle) * 1000, 1),
                 "ticks": len(ticks),
-                "ticks_expected": round((stopped_at - (ticks[0] if ticks else stopped_at)) / 2),
+                # a tick every 2 s from the first to the end of the cell
+                "ticks_expected": int((ended_at - ticks[0]) // 2) + 1 if ticks else 0,
                 "ticks_closer_than_1s": sum(1 for a, b in itertools.pairwise(ticks) if b - a < 1.0),
                 "rescues_logged": logs.count("jobs with expired leases returned"),
+                "read_only_errors_logged": logs.count("read-only transaction"),
                 "longest_master_turn_s": max(turns, default=0.0),
                 "supervisors_alive": sum(1 for s in supervisors if s.poll() is None),
             }
         )
-        result["verdict"] = "ok" if not lost and result["supervisors_alive"] == 2 else "failed"
+        if prober is not None:
+            prober.stop.set()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                kept = {i for (i,) in conn.execute("SELECT id FROM drill_probe")}
+            after = result["primary_after"] or before
+            result.update(prober.verdict(before, after, moved_at, kept))
+        moved_ok = result["moved"] or cell not in MUST_MOVE
+        healthy = not lost and result["supervisors_alive"] == 2
+        result["verdict"] = "ok" if healthy and moved_ok else "failed"
         return result
     finally:
+        if prober is not None:
+            prober.stop.set()
         for proc in supervisors:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
