@@ -195,12 +195,11 @@ def read_ledger(path: Path) -> list[tuple[str, int, float, float]]:
     return rows
 
 
-def longest_gap(times: list[float], start: float, end: float) -> float:
+def longest_gap(times: list[float], start: float, end: float) -> tuple[float, float]:
+    """The longest stretch without a completion between start and end, and when it ended."""
     inside = sorted(t for t in times if start <= t <= end)
-    if not inside:
-        return end - start
     edges = [start, *inside, end]
-    return max(b - a for a, b in itertools.pairwise(edges))
+    return max((b - a, b) for a, b in itertools.pairwise(edges))
 
 
 def p50_ms(values: list[float]) -> float | None:
@@ -298,7 +297,6 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
         figures = move(cell, cluster, before)
         moved_at = figures.pop("_moved_at")
         result.update(figures)
-        primary_at = moved_at + figures["seconds_to_primary"]
         if cell == "leader-crash":
             cluster.start_node(before)  # back as a replica (pg_rewind), as an operator would
         time.sleep(seconds / 2)
@@ -325,7 +323,7 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
         lost = sorted(set(committed) - set(runs))
         twice = sorted(seq for seq, n in runs.items() if n > 1)
         completions = sorted(r[3] for r in work_rows)
-        resumed_at = next((t for t in completions if t > primary_at), ended_at)
+        gap, resumed_at = longest_gap(completions, moved_at - 1, stopped_at)
         # Pickup: jobs enqueued (not the delayed one in ten) in the steady state before the
         # move, and from 2 s after completions resumed on the new primary.
         waits_before = [
@@ -344,9 +342,7 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
                 "lost": len(lost),
                 "lost_in_doubt": len(set(lost) & producer.in_doubt),
                 "run_twice": len(twice),
-                "seconds_without_completions": round(
-                    longest_gap(completions, moved_at - 1, stopped_at), 2
-                ),
+                "seconds_without_completions": round(gap, 2),
                 "seconds_to_resume": round(resumed_at - moved_at, 2),
                 "pickup_p50_ms_before": p50_ms(waits_before),
                 "pickup_p50_ms_after": p50_ms(waits_after),
