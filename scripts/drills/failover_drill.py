@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
 
 from failover_cluster import NODES, Cluster, wait  # noqa: E402
-from failover_probe import PROBE_TABLE, Prober  # noqa: E402
+from failover_probe import PROBE_TABLE, Prober, doctor_looks  # noqa: E402
 
 from supervisor import NewJob, enqueue_many  # noqa: E402
 from supervisor.queue.migrations import migrate  # noqa: E402
@@ -290,8 +290,9 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
         before = cluster.leader()
         assert before is not None
         if cell == "network-cut":
-            hosts = {n: f"{cluster.client_host(n)}:{port}" for n, (port, _) in NODES.items()}
-            prober = Prober(hosts, DATABASE)
+            prober = Prober(
+                {n: f"{cluster.client_host(n)}:{port}" for n, (port, _) in NODES.items()}, DATABASE
+            )
             prober.start(before)
             time.sleep(1.0)
         figures = move(cell, cluster, before)
@@ -315,6 +316,10 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
         with contextlib.suppress(TimeoutError):
             wait("every committed job run", drained, 60)
         idle = idle_pickups(dsn, ledger)
+        hosts = {n: f"{cluster.client_host(n)}:{port}" for n, (port, _) in NODES.items()}
+        with contextlib.suppress(TimeoutError):  # the old leader back, streaming (rewound)
+            wait("a streaming replica again", cluster.has_streaming_replica, 30)
+        result["doctor"] = doctor_looks(hosts, DATABASE, result["primary_after"] or before)
         ended_at = time.time()
         rows = read_ledger(ledger)
         work_rows = [r for r in rows if r[0] == "work" and r[1] < 10_000_000]

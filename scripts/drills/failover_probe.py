@@ -10,12 +10,17 @@ until Patroni demotes it, and those are lost when it is rewound.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from collections import Counter
 from typing import Any
 
 import psycopg
+
+from supervisor.doctor import replication
+from supervisor.doctor.sql import doctor_query
 
 PROBE_TABLE = "CREATE TABLE IF NOT EXISTS drill_probe (id bigint PRIMARY KEY, at float8)"
 
@@ -100,3 +105,48 @@ class Prober:
 
 def _since(at: float | None, origin: float) -> float | None:
     return round(at - origin, 2) if at is not None else None
+
+
+def doctor_looks(hosts: dict[str, str], database: str, primary: str) -> dict[str, dict[str, str]]:
+    """The doctor's replication checks on each node after the move, by name: the new primary
+    must list the old leader (back as a standby) with its hot_standby_feedback xmin, and the
+    old leader must call itself a standby (a failure: the queue cannot run there). A snapshot
+    held on the standby gives its feedback an xmin to send (within wal_receiver_status_interval,
+    10 s)."""
+
+    def conninfo(node: str) -> str:
+        host, port = hosts[node].split(":")
+        return f"host={host} port={port} dbname={database} user=postgres connect_timeout=2"
+
+    def look(node: str) -> dict[str, Any] | None:
+        with psycopg.connect(conninfo(node), autocommit=True) as conn:
+            row = conn.execute(doctor_query("replication")).fetchone()
+        value = row[0] if row else None
+        return json.loads(value) if isinstance(value, str) else value
+
+    seen: dict[str, dict[str, str]] = {}
+    with contextlib.ExitStack() as stack:
+        for node in hosts:
+            if node == primary:
+                continue
+            with contextlib.suppress(psycopg.Error):
+                reader = stack.enter_context(psycopg.connect(conninfo(node)))
+                reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                reader.execute("SELECT count(*) FROM pg_class").fetchone()
+        deadline = time.monotonic() + 15
+        for node in [primary, *(n for n in hosts if n != primary)]:
+            try:
+                doc = look(node)
+                while (
+                    node == primary
+                    and doc
+                    and not any(s.get("backend_xmin") for s in doc.get("standbys") or [])
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(0.5)
+                    doc = look(node)
+            except psycopg.Error as exc:
+                seen[node] = {"error": type(exc).__name__}
+                continue
+            seen[node] = {c.name: f"{c.status}: {c.detail}" for c in replication.judge(doc)}
+    return seen

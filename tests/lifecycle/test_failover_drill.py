@@ -99,3 +99,17 @@ def test_schedules_keep_ticking_across_the_move(cells: dict[str, dict[str, Any]]
         # every 2 s: none lost for good across the move (late ticks are enqueued within grace)
         assert row["ticks"] >= row["ticks_expected"] - 3, row
         assert row["ticks"] <= row["ticks_expected"] + 2, row
+
+
+@pytest.mark.parametrize("cell", failover_drill.CELLS)
+def test_the_doctor_sees_the_primary_and_its_standby_after_the_move(
+    cells: dict[str, dict[str, Any]], cell: str
+) -> None:
+    row = cells[cell]
+    primary = row["primary_after"]
+    standby = next(n for n in row["doctor"] if n != primary)
+    seen = row["doctor"][primary]
+    assert seen["replication.role"].startswith("ok: primary with 1 standbys"), seen
+    (lag,) = [v for k, v in seen.items() if k.startswith("replication.standby.")]
+    assert "through hot_standby_feedback" in lag, seen
+    assert row["doctor"][standby]["replication.role"].startswith("fail: this server is a standby")
