@@ -325,7 +325,8 @@ FROM pg_stat_user_tables;
 -- standby (the queue needs the primary), the synchronous settings, and each standby streaming
 -- from it: its state, whether it is synchronous, how far behind it is (bytes of WAL not yet
 -- replayed, and the lag times PostgreSQL measures) and the xmin it sends through
--- hot_standby_feedback (which holds this server's horizon). On a standby: what its WAL
+-- hot_standby_feedback (which holds this server's horizon), read from its replication slot
+-- when it streams through one. On a standby: what its WAL
 -- receiver sees and how long ago it replayed the last transaction. No parameters.
 SELECT json_build_object(
     'in_recovery', pg_is_in_recovery(),
@@ -335,14 +336,19 @@ SELECT json_build_object(
     'standbys', (
         SELECT coalesce(json_agg(r ORDER BY r.application_name), '[]'::json)
         FROM (
-            SELECT application_name, host(client_addr) AS client, state, sync_state,
+            SELECT r.application_name, host(r.client_addr) AS client, r.state, r.sync_state,
                    CASE WHEN pg_is_in_recovery() THEN NULL
-                        ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint
+                        ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn)::bigint
                    END AS replay_lag_bytes,
-                   extract(epoch FROM replay_lag)::float8 AS replay_lag_seconds,
-                   extract(epoch FROM flush_lag)::float8 AS flush_lag_seconds,
-                   backend_xmin::text AS backend_xmin, age(backend_xmin) AS xid_age
-            FROM pg_stat_replication
+                   extract(epoch FROM r.replay_lag)::float8 AS replay_lag_seconds,
+                   extract(epoch FROM r.flush_lag)::float8 AS flush_lag_seconds,
+                   -- Through a replication slot (as Patroni streams), the standby's
+                   -- feedback xmin is kept in the slot, and backend_xmin stays null.
+                   coalesce(r.backend_xmin, s.xmin)::text AS backend_xmin,
+                   age(coalesce(r.backend_xmin, s.xmin)) AS xid_age,
+                   s.slot_name
+            FROM pg_stat_replication AS r
+            LEFT JOIN pg_replication_slots AS s ON s.active_pid = r.pid
         ) AS r
     ),
     'receiver', (

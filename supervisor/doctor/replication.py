@@ -94,7 +94,9 @@ def _lag(s: dict[str, Any]) -> Check:
     seconds = float(s.get("replay_lag_seconds") or 0.0)
     feedback = (
         f"xmin {s['backend_xmin']} through hot_standby_feedback ({s.get('xid_age')} "
-        "transactions old)"
+        "transactions old"
+        + (f", kept in slot {safe(s['slot_name'])}" if s.get("slot_name") else "")
+        + ")"
         if s.get("backend_xmin")
         else "no hot_standby_feedback xmin"
     )

@@ -57,6 +57,8 @@ def test_an_asynchronous_standby_says_what_a_failover_loses_and_its_feedback_xmi
     assert "asynchronous" in checks["replication.role"].detail
     lag = checks["replication.standby.node2"]
     assert lag.passed and "xmin 1234 through hot_standby_feedback" in lag.detail
+    slotted = by_name(primary(standby(slot_name="node2")))["replication.standby.node2"]
+    assert "kept in slot node2" in slotted.detail
 
 
 def test_a_standby_far_behind_warns() -> None:
