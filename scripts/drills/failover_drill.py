@@ -72,6 +72,7 @@ DATABASE = "drill"
 # An idle child's fallback poll, long enough that a wake-up by NOTIFY and one by polling are
 # told apart in the idle pickup after the move.
 POLL_INTERVAL = 5.0
+_ERROR = re.compile(r"^\S+ \S+ ERROR\s+|\[\d+\]|\d+(\.\d+)?")
 _TURN = re.compile(r"a turn took (\d+\.\d+)s")
 
 
@@ -359,6 +360,11 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
                 "ticks_closer_than_1s": sum(1 for a, b in itertools.pairwise(ticks) if b - a < 1.0),
                 "rescues_logged": logs.count("jobs with expired leases returned"),
                 "read_only_errors_logged": logs.count("read-only transaction"),
+                # what the supervisors logged as errors across the move (a failover is
+                # expected: its outages are warnings)
+                "errors_logged": sorted(
+                    {_ERROR.sub("", line)[:160] for line in logs.splitlines() if " ERROR " in line}
+                ),
                 "longest_master_turn_s": max(turns, default=0.0),
                 "supervisors_alive": sum(1 for s in supervisors if s.poll() is None),
             }
