@@ -32,10 +32,21 @@ ASK_TIMEOUT = 5.0
 
 
 def mail_archive(
-    out_dir: str, sink_url: str, invoice_ids: list[int], *, job: JobContext
+    sink_url: str,
+    out_dir: str | None = None,
+    invoice_ids: list[int] | None = None,
+    *,
+    job: JobContext,
 ) -> dict[str, Any]:
-    """Write one zip of the batch's PDFs next to them, then mail it (POST sink_url/mail)."""
-    folder = Path(out_dir)
+    """Mail an archive of invoices (POST sink_url/mail). As the last step of the invoice
+    workflow (examples.invoice_workflow) it mails the zip its parent made, as that parent's
+    result says; as a batch's `then` job it first zips the batch's PDFs itself."""
+    if job.parents:
+        made = dict(job.parents[0].result or {})
+        deliver_webhook(sink_url.rstrip("/") + "/mail", "archive.mailed", made, job=job)
+        return made
+    folder = Path(out_dir or ".")
+    invoice_ids = invoice_ids or []
     batch = job.batch or {}
     pdfs = [folder / f"invoice-{i}.pdf" for i in invoice_ids]
     present = [p for p in pdfs if p.is_file()]

@@ -45,8 +45,9 @@ def render_invoice(
     out_dir: str = "out/invoices",
     *,
     job: JobContext | None = None,
-) -> None:
-    """Render invoice ``invoice_id`` for ``customer`` to ``<out_dir>/invoice-<id>.pdf``."""
+) -> dict[str, str] | None:
+    """Render invoice ``invoice_id`` for ``customer`` to ``<out_dir>/invoice-<id>.pdf``; returns
+    the file's path (kept as the job's result: the workflow's zip step reads it)."""
     _validate(invoice_id, customer, lines, out_dir)
     document = InvoicePDF(build_invoice(invoice_id, customer, lines)).render()
     # In a real system the invoice would be read from the database and could change between
@@ -58,8 +59,10 @@ def render_invoice(
             "lease lost while rendering; not publishing",
             extra={"job_id": job.id, "attempt": job.attempt, "invoice_id": invoice_id},
         )
-        return
-    publish(document, Path(out_dir) / f"invoice-{invoice_id}.pdf")
+        return None
+    target = Path(out_dir) / f"invoice-{invoice_id}.pdf"
+    publish(document, target)
+    return {"pdf": str(target)}
 
 
 def _validate(invoice_id: object, customer: object, lines: object, out_dir: object) -> None:

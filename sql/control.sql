@@ -7,8 +7,8 @@
 -- name: replay
 -- Puts dead letters back in their queues with attempts reset. Every filter is optional but the
 -- caller must give at least one (or say all): ids, kind, queue, finished before a time.
--- A dead letter whose unique key is held again (by a waiting or running job, or by a newer dead
--- letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
+-- A dead letter whose unique key is held again (by a waiting, running or unknown job, or by a
+-- newer dead letter replayed in the same call) stays dead: replaying it would duplicate that job. Returns
 -- every matching dead letter: replayed true with its queue, or replayed false with its key.
 WITH locked AS (
     SELECT id, unique_key, finished_at
@@ -35,7 +35,8 @@ replayable AS (
                SELECT 1
                FROM pgq.jobs AS holder
                WHERE holder.unique_key = m.unique_key
-                 AND holder.state IN ('available', 'running', 'scheduled')
+                 AND holder.state IN ('available', 'running', 'scheduled', 'unknown')
+                 AND holder.id > 0
            ))
 ),
 replayed AS (
@@ -47,14 +48,23 @@ replayed AS (
         run_at = now(),
         finished_at = NULL,
         cancel_requested_at = NULL,
-        -- Its batch counted it when it was discarded; replayed, it runs on its own.
-        batch_id = NULL
+        -- Its batch counted it when it was discarded; replayed, it runs on its own. A workflow
+        -- step stays in its workflow (0050): re-opened below, it releases its children again.
+        batch_id = CASE WHEN w.job_id IS NOT NULL THEN j.batch_id END
     FROM replayable AS r
+    LEFT JOIN pgq.workflow_steps AS w ON w.job_id = r.id
     WHERE j.id = r.id
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.batch_id
+),
+reopened AS (
+    SELECT pgq.workflow_reopen(array_agg(id ORDER BY id))
+    FROM replayed
+    WHERE batch_id IS NOT NULL
+    HAVING count(*) > 0
 )
 SELECT id, queue, NULL::text AS unique_key, true AS replayed
 FROM replayed
+CROSS JOIN (SELECT count(*) FROM reopened) AS o
 UNION ALL
 SELECT m.id, NULL, m.unique_key, false
 FROM matching AS m
@@ -81,7 +91,9 @@ waiting AS (
         cancel_requested_at = now()
     FROM target AS t
     WHERE j.id = t.id
-      AND t.state IN ('available', 'scheduled')
+      -- 'waiting': a workflow step whose parents have not all ended (0050); batch_ended below
+      -- then cancels its 'cancel' descendants (pgq.workflow_ended).
+      AND t.state IN ('available', 'scheduled', 'waiting')
     RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.finished_at,
               j.errors, j.batch_id
 ),
@@ -195,9 +207,3 @@ moved AS (
 SELECT m.queue, t.state, t.run_at, pg_notify('pgq_jobs', m.queue) IS NULL
 FROM moved AS m
 JOIN target AS t ON t.id = m.id;
-
--- name: cli_queue_in_use
--- Whether queue %(queue)s holds a job due or waiting to be claimed, or is paused already
--- (`queues pause` refuses a queue nothing knows: a typo). The jobs_claim index, one probe.
-SELECT EXISTS (SELECT 1 FROM pgq.jobs WHERE queue = %(queue)s AND state = 'available')
-    OR EXISTS (SELECT 1 FROM pgq.queue_pauses WHERE queue = %(queue)s);

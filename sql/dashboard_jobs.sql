@@ -95,20 +95,3 @@ FOR UPDATE SKIP LOCKED;
 SELECT EXISTS (SELECT 1 FROM pg_indexes
                WHERE schemaname = 'pgq' AND tablename = 'jobs' AND indexname = 'jobs_args')
            AS args_index;
-
--- name: web_history_hours
--- The last 24 hours of pgq.job_history, by hour: jobs completed and discarded, and the time
--- from enqueue to (last) start at the median and the 95th percentile. The job_history_finished
--- index bounds the read to those 24 hours (and the daily partitions to the last two).
-SELECT date_trunc('hour', h.finished_at) AS hour,
-       count(*) FILTER (WHERE h.outcome = 'completed') AS completed,
-       count(*) FILTER (WHERE h.outcome <> 'completed') AS failed,
-       percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY extract(epoch FROM h.started_at - h.created_at)) AS wait_p50,
-       percentile_cont(0.95) WITHIN GROUP (
-           ORDER BY extract(epoch FROM h.started_at - h.created_at)) AS wait_p95
-FROM pgq.job_history AS h
-WHERE h.finished_at >= date_trunc('hour', now()) - interval '23 hours'
-  AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
-GROUP BY 1
-ORDER BY 1;

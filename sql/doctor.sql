@@ -361,3 +361,8 @@ SELECT json_build_object(
     'unreplayed_bytes', CASE WHEN pg_is_in_recovery() THEN
         pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint END
 );
+
+-- name: any_limit
+-- Whether the database holds a limit: the claim variant children send depends on it
+-- (supervisor.queue.claim_builder.variant). The first key, by the primary key.
+SELECT (SELECT l.queue FROM pgq.queue_limits AS l ORDER BY l.queue LIMIT 1) IS NOT NULL

@@ -6,7 +6,8 @@
 
 -- name: enqueue
 -- Inserts one job through the caller's connection. A unique key that is already held by a
--- waiting (available or scheduled) or running job inserts nothing and returns no row. A job
+-- waiting (available or scheduled), running or unknown job inserts nothing and returns no row
+-- (`id > 0`, always true, makes both unique indexes the arbiters: migration 0041 says why). A job
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
 -- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10
 -- s; they look once a second anyway); a job due now wakes its queue's workers (pgq_jobs), but
@@ -35,6 +36,7 @@ WITH inserted AS (
     ) AS t
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+          AND id > 0
     DO NOTHING
     RETURNING id, queue, state, run_at
 )
@@ -52,18 +54,23 @@ SELECT
 FROM inserted;
 
 -- name: job_by_unique_key
--- The job that holds a unique key, when an enqueue with that key inserted nothing.
+-- The job that holds a unique key, when an enqueue with that key inserted nothing: waiting,
+-- running or unknown (jobs_unique_key_held, 0041). Every holder look-up names 'unknown': the
+-- insert's arbiter counts it, so a look-up without it would find no holder and the enqueue
+-- would try again forever.
 SELECT id
 FROM pgq.jobs
 WHERE unique_key = %(unique_key)s
-  AND state IN ('available', 'running', 'scheduled');
+  AND state IN ('available', 'running', 'scheduled', 'unknown')
+  AND id > 0;
 
 -- name: jobs_by_unique_keys
 -- The jobs that hold any of these unique keys (bulk enqueue's duplicates).
 SELECT unique_key, id
 FROM pgq.jobs
 WHERE unique_key = ANY(%(unique_keys)s::text[])
-  AND state IN ('available', 'running', 'scheduled');
+  AND state IN ('available', 'running', 'scheduled', 'unknown')
+  AND id > 0;
 
 -- name: enqueue_many
 -- Inserts many jobs in one statement from parallel arrays. Duplicated unique keys insert
@@ -110,6 +117,7 @@ WITH inserted AS (
     ORDER BY t.unique_key COLLATE "C" NULLS LAST, t.ord
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+          AND id > 0
     DO NOTHING
     RETURNING id, unique_key, state, queue, run_at
 )
@@ -142,3 +150,49 @@ SELECT pg_notify('pgq_scheduled', '');
 SELECT xmin = pg_current_xact_id()::xid
 FROM pgq.jobs
 WHERE id = %(id)s;
+
+-- name: enqueue_debounced
+-- A debounced enqueue (0064): while a job enqueued with this debounce key has not started
+-- (jobs_debounce_key, 0065: available or scheduled, never claimed), its arguments become these
+-- and its run_at now + %(delay)s, and its id comes back; otherwise a new job is inserted, due
+-- then. One statement, so two producers debouncing the same key at once serialise on the
+-- waiting row's lock: the second updates it after the first (the later arguments win), or, if
+-- the row started meanwhile, inserts a job of its own. The key travels in unique_key's slot of
+-- the caller's row but is written to debounce_key (unique_key stays NULL: a unique key is held
+-- while its job runs, a debounce key is not). Wake-ups as in enqueue.
+WITH upserted AS (
+    INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                               debounce_key, traceparent, tenant)
+    SELECT
+        %(queue)s::text,
+        %(kind)s::text,
+        %(args)s::jsonb,
+        %(priority)s::smallint,
+        t.run_at,
+        CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        %(max_attempts)s::integer,
+        %(unique_key)s::text,
+        %(traceparent)s::text,
+        %(tenant)s::text
+    FROM (
+        SELECT coalesce(%(run_at)s::timestamptz,
+                        now() + make_interval(secs => %(delay)s::float8)) AS run_at
+    ) AS t
+    ON CONFLICT (debounce_key)
+        WHERE debounce_key IS NOT NULL AND state IN ('available', 'scheduled')
+          AND started_at IS NULL
+    DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at, state = EXCLUDED.state
+    RETURNING j.id, j.queue, j.state, j.run_at
+)
+SELECT
+    id,
+    CASE
+        WHEN NOT %(notify)s THEN NULL
+        WHEN state = 'scheduled'
+            THEN CASE WHEN pgq.wakes_stagers(run_at) THEN pg_notify('pgq_scheduled', '') IS NULL
+                 END
+        WHEN EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                     WHERE f.queue = upserted.queue AND f.wanted)
+            THEN pgq.take_wakeups(queue)
+    END
+FROM upserted;

@@ -7,7 +7,8 @@
 -- name: queue_stats
 -- Per queue: jobs due now, scheduled for later, running, dead, cancelled; age of the oldest due
 -- job; whether the queue is paused (a paused queue with no jobs is listed too); jobs whose
--- outcome is unknown (last, so readers of the earlier columns are unchanged).
+-- outcome is unknown (last, so readers of the earlier columns are unchanged); then workflow
+-- steps waiting for their parents (0050).
 SELECT
     coalesce(j.queue, p.queue) AS queue,
     coalesce(j.available, 0),
@@ -17,7 +18,8 @@ SELECT
     coalesce(j.cancelled, 0),
     coalesce(j.oldest_ready_age, 0)::float8,
     p.queue IS NOT NULL AS paused,
-    coalesce(j.unknown, 0)
+    coalesce(j.unknown, 0),
+    coalesce(j.waiting, 0)
 FROM (
     SELECT
         queue,
@@ -28,6 +30,7 @@ FROM (
         count(*) FILTER (WHERE state = 'discarded') AS discarded,
         count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
         count(*) FILTER (WHERE state = 'unknown') AS unknown,
+        count(*) FILTER (WHERE state = 'waiting') AS waiting,
         extract(epoch FROM now() - min(run_at)
             FILTER (WHERE state = 'available' AND run_at <= now())) AS oldest_ready_age
     FROM pgq.jobs
@@ -80,13 +83,15 @@ FROM pgq.jobs
 WHERE id = %(id)s;
 
 -- name: list_jobs
--- Jobs in any state, newest first, up to %(limit)s; every filter is optional (null means any).
+-- Jobs in any state, newest first, up to %(limit)s; every filter is optional (null means any);
+-- %(args)s is a JSON object the job's arguments contain.
 SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, locked_by, cancel_requested_at, last_error
 FROM pgq.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -120,3 +125,19 @@ FROM pgq.job_history
 WHERE id = %(id)s
 ORDER BY finished_at DESC
 LIMIT %(limit)s;
+
+-- name: job_aging
+-- What priority aging (sql/claim/aging.sql) makes of a waiting job, for `jobs show`: its
+-- priority, run_at, and the highest priority waiting in its tenant of its queue (the cap). No
+-- row unless the job is available (due and waiting to be claimed).
+SELECT j.priority, j.run_at,
+       (SELECT t.priority
+        FROM pgq.jobs AS t
+        WHERE t.state = 'available'
+          AND t.queue = j.queue
+          AND coalesce(t.tenant, '') COLLATE "C" = coalesce(j.tenant, '') COLLATE "C"
+        ORDER BY t.priority DESC
+        LIMIT 1) AS top
+FROM pgq.jobs AS j
+WHERE j.id = %(id)s
+  AND j.state = 'available';

@@ -1,16 +1,46 @@
 -- The migration runner's own statements (supervisor/queue/migrations.py).
 
 -- name: migrations_bootstrap
--- The schema and the table that records which migrations ran.
+-- The schema, the table that records which migrations ran, and the one that records which
+-- text of each function of sql/functions/ is in place (its sha256) and the release that put it
+-- there (the highest migration it shipped): an older release never puts an older body back.
 CREATE SCHEMA IF NOT EXISTS pgq;
 CREATE TABLE IF NOT EXISTS pgq.schema_migrations (
     version     integer     PRIMARY KEY,
     name        text        NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS pgq.schema_functions (
+    name            text        PRIMARY KEY,
+    digest          text        NOT NULL,
+    schema_version  integer     NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+);
 
 -- name: migrations_table_exists
 SELECT to_regclass('pgq.schema_migrations') IS NOT NULL;
+
+-- name: functions_table_exists
+-- Whether the record of the functions exists, and whether this role may read it (a
+-- least-privilege role granted before the table came cannot: it cannot apply them either).
+SELECT to_regclass('pgq.schema_functions') IS NOT NULL,
+       coalesce(has_table_privilege(to_regclass('pgq.schema_functions'), 'SELECT'), false);
+
+-- name: recorded_functions
+-- Which text of each function is in place, and which release put it there.
+SELECT name, digest, schema_version
+FROM pgq.schema_functions;
+
+-- name: functions_unchecked
+-- For the rest of the functions' transaction (SET LOCAL): bodies created without being checked
+-- against the schema, which is an earlier one than theirs.
+SELECT set_config('check_function_bodies', 'off', true);
+
+-- name: record_function
+INSERT INTO pgq.schema_functions (name, digest, schema_version)
+VALUES (%(name)s, %(digest)s, %(schema_version)s)
+ON CONFLICT (name) DO UPDATE
+SET digest = excluded.digest, schema_version = excluded.schema_version, applied_at = now();
 
 -- name: applied_migrations
 SELECT version
@@ -46,12 +76,15 @@ ON CONFLICT (version) DO NOTHING;
 
 -- name: invalid_pgq_indexes
 -- Indexes of schema pgq left invalid by an interrupted CREATE INDEX CONCURRENTLY: dropped and
--- built again when their migration runs again (IF NOT EXISTS would keep the broken one).
+-- built again when their migration runs again (IF NOT EXISTS would keep the broken one). A
+-- partitioned index (relkind 'I') is not one: it is invalid only until every partition's index
+-- is attached (0041 attaches them one by one), and cannot be dropped concurrently.
 SELECT n.nspname, c.relname
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgq'
+  AND c.relkind = 'i'
   AND NOT i.indisvalid;
 
 -- name: drop_invalid_index

@@ -158,13 +158,35 @@ RETURNING j.id;
 -- due again now, with one more attempt allowed if it had none left) or 'discarded' (a dead
 -- letter). Fenced on state = 'unknown' and, for a reconciler's round, on its run_at
 -- (%(token)s; null for an operator). Members of batches count down their batch. Returns each
--- job resolved with its new state.
-WITH target AS (
+-- job resolved with its new state. A 'retry' of a job whose unique key another job holds is not
+-- applied: the job stays unknown and comes back as 'held', with that job's id (the holder
+-- column; null otherwise). Since 0041 an unknown job holds its key, so this is only met on a
+-- database whose duplicates predate it (0040 refuses to migrate until they are resolved).
+WITH held AS (
+    SELECT j.id, j.queue, j.kind, 'held'::text AS state, h.id AS holder
+    FROM pgq.jobs AS j
+    CROSS JOIN LATERAL (
+        SELECT o.id
+        FROM pgq.jobs AS o
+        WHERE o.unique_key = j.unique_key
+          AND o.id <> j.id
+          AND o.state IN ('available', 'running', 'scheduled', 'unknown')
+        ORDER BY o.id
+        LIMIT 1
+    ) AS h
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.state = 'unknown'
+      AND j.unique_key IS NOT NULL
+      AND (%(token)s::timestamptz IS NULL OR j.run_at = %(token)s::timestamptz)
+      AND %(resolution)s::text = 'retry'
+),
+target AS (
     SELECT id
     FROM pgq.jobs
     WHERE id = ANY(%(ids)s::bigint[])
       AND state = 'unknown'
       AND (%(token)s::timestamptz IS NULL OR run_at = %(token)s::timestamptz)
+      AND id NOT IN (SELECT id FROM held)
     FOR UPDATE
 ),
 removed AS (
@@ -214,10 +236,12 @@ woken AS (
     WHERE state = 'available'
     GROUP BY queue
 )
-SELECT r.id, r.queue, r.kind, r.state
-FROM (SELECT id, queue, kind, state FROM removed
+SELECT r.id, r.queue, r.kind, r.state, r.holder
+FROM (SELECT id, queue, kind, state, NULL::bigint AS holder FROM removed
       UNION ALL
-      SELECT id, queue, kind, state FROM moved) AS r
+      SELECT id, queue, kind, state, NULL FROM moved
+      UNION ALL
+      SELECT id, queue, kind, state, holder FROM held) AS r
 CROSS JOIN (SELECT count(*) FROM ended) AS e
 CROSS JOIN (SELECT count(*) FROM woken) AS w
 ORDER BY r.id;

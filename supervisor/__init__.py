@@ -10,6 +10,7 @@ The library half, used by applications and by the supervisor alike::
 """
 
 from supervisor import clash
+from supervisor.crypto import Secret
 from supervisor.queue.batches import (
     Batch,
     BatchStatus,
@@ -18,7 +19,7 @@ from supervisor.queue.batches import (
     enqueue_batch,
     enqueue_batch_async,
 )
-from supervisor.queue.context import JobContext
+from supervisor.queue.context import JobContext, Parent
 from supervisor.queue.control import (
     cancel,
     list_jobs,
@@ -40,6 +41,16 @@ from supervisor.queue.jobs import Fenced, Job, LeaseLost, claim, complete, renew
 from supervisor.queue.migrations import migrate
 from supervisor.queue.outcomes import Discard, Retry, Snooze
 from supervisor.queue.unknown import UnknownOutcome, resolve, result, result_async
+from supervisor.queue.workflows import (
+    Step,
+    Workflow,
+    WorkflowHandle,
+    WorkflowStatus,
+    cancel_workflow,
+    enqueue_workflow,
+    enqueue_workflow_async,
+    workflow_status,
+)
 
 # The one place the version is written; pyproject.toml reads it from here.
 __version__ = "0.1.0"
@@ -57,12 +68,19 @@ __all__ = [
     "JobContext",
     "LeaseLost",
     "NewJob",
+    "Parent",
     "Retry",
+    "Secret",
     "Snooze",
+    "Step",
     "UnknownOutcome",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "batch_status",
     "batch_status_async",
     "cancel",
+    "cancel_workflow",
     "claim",
     "complete",
     "enqueue",
@@ -71,6 +89,8 @@ __all__ = [
     "enqueue_batch_async",
     "enqueue_many",
     "enqueue_many_async",
+    "enqueue_workflow",
+    "enqueue_workflow_async",
     "list_jobs",
     "migrate",
     "pause_queue",
@@ -83,4 +103,5 @@ __all__ = [
     "retry_now",
     "settle",
     "show_job",
+    "workflow_status",
 ]

@@ -21,20 +21,22 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import psycopg
 
 from supervisor.child.weights import TenantRotation
-from supervisor.config.handlers import wants_context
+from supervisor.config.handlers import argument_mismatch, wants_context
+from supervisor.crypto.opening import opened
 from supervisor.queue import control, outcomes, scheduled
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue.context import JobContext
+from supervisor.queue.context import JobContext, Parent
 from supervisor.queue.job import Job
 from supervisor.queue.queries import query
+from supervisor.queue.secrets import unwrapped
 
 Status = Literal["completed", "retry", "discard", "snooze", "cancelled", "lost"]
 _STATUS: dict[str, Status] = {
@@ -78,8 +80,13 @@ def _call(
     completed and returned one."""
     raised: Exception | None = None
     value: Any = None
+    mismatch = argument_mismatch(func, job.args, wants_context=wants_context(func))
+    if mismatch is not None:
+        discarded = outcomes.discard(job, f"the arguments do not match the handler: {mismatch}")
+        return discarded, None, None
     try:
-        value = func(**job.args, job=context) if wants_context(func) else func(**job.args)
+        args = opened(job).args  # encrypted arguments as the handler gave them (Secret)
+        value = func(**args, job=context) if wants_context(func) else func(**args)
     except Exception as exc:
         raised = exc
     settlement = outcomes.of_attempt(
@@ -105,13 +112,20 @@ def run_inline(
     job_id: int = 1,
     lease_held: bool = True,
     cancelled: bool = False,
+    parents: Sequence[Parent] | None = None,
+    workflow: int = 1,
 ) -> Outcome:
     """Call ``func(**args)`` (with ``job=`` a real JobContext when it asks for one) and return
     what the supervisor would do. ``attempt`` and ``max_attempts`` decide, as in production,
     whether a failure is retried or discarded; ``lease_held`` and ``cancelled`` set what the
-    context's ``lease_held()`` and ``cancelled()`` answer. No database is needed."""
+    context's ``lease_held()`` and ``cancelled()`` answer. ``parents`` makes it a step of
+    ``workflow`` with those parents (``job.parents``). No database is needed."""
     now = datetime.now(timezone.utc)
-    job = Job(job_id, queue, kind, dict(args or {}), 0, now, attempt, max_attempts, 0, now, now)
+    plain = unwrapped(dict(args or {}))  # Secrets as the handler would receive them
+    group = None
+    if parents is not None:
+        group = {"workflow": workflow, "parents": [asdict(p) for p in parents]}
+    job = Job(job_id, queue, kind, plain, 0, now, attempt, max_attempts, 0, now, now, group)
     context = _context(job, lambda: lease_held, lambda: cancelled)
     return _outcome(*_call(func, job, context))
 

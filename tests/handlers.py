@@ -8,6 +8,7 @@ each job ran and where.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 from typing import Any
@@ -148,6 +149,13 @@ def fail(times: int = 1, *, job: JobContext) -> None:
         raise RuntimeError(f"planned failure {job.attempt} of {times}")
 
 
+def type_error_inside(seconds: float, *, job: JobContext) -> None:
+    """Arguments that fit, then a TypeError raised by the handler's own code: an ordinary
+    failure, retried (not a signature mismatch)."""
+    _record(job)
+    len(seconds)  # type: ignore[arg-type]
+
+
 def fail_first_run(*, job: JobContext, **_: Any) -> None:
     """Fails the first time this job runs, whatever its attempt number (a replay resets it),
     and succeeds every time after."""
@@ -167,6 +175,11 @@ def retry_soon(*, job: JobContext) -> None:
 def record_queue(*, job: JobContext, **_: Any) -> None:
     """Records which queue each execution came from (the event column holds it)."""
     _record(job, job.queue)
+
+
+def record_args(*, job: JobContext, **args: Any) -> None:
+    """Records the arguments each execution received (the event column holds them, as JSON)."""
+    _record(job, json.dumps(args, sort_keys=True))
 
 
 def cooperative(seconds: float = 60.0, *, job: JobContext) -> None:
@@ -214,3 +227,19 @@ def wait_for_file(path: str, at_least: float = 0.5, *, job: JobContext, **_: Any
     while not os.path.exists(path) or time.monotonic() - started < at_least:
         time.sleep(0.02)
     _record(job, "finished")
+
+
+def spin(loops: int = 2_000_000, *, job: JobContext) -> None:
+    """A fixed amount of CPU work (not of wall time: a busy machine stretches that)."""
+    _record(job, "started")
+    sum(i * i for i in range(loops))
+
+
+def paged(pages: int = 6, page_seconds: float = 0.5, calls: int = 100, *, job: JobContext) -> None:
+    """An export of ``pages`` pages that reports its progress ``calls`` times a page."""
+    _record(job, "started")
+    for page in range(pages):
+        for call in range(calls):
+            job.progress((page + call / calls) / pages, f"page {page + 1} of {pages}")
+            time.sleep(page_seconds / calls)
+    job.progress(1.0, "done")

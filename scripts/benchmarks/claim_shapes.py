@@ -48,6 +48,7 @@ from benchlib.common import fresh_database
 from supervisor import NewJob, enqueue_many, migrate
 from supervisor.child.cursors import ClaimCursors
 from supervisor.child.weights import TenantRotation, WeightedQueues
+from supervisor.queue import claim_builder
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim_params, execute_claim, read_claim, use_generic_plans
 from supervisor.queue.queries import native_text, parse
@@ -67,11 +68,13 @@ def claim_from(path: str) -> str:
 class Baseline:
     """Another build's claim (the queues' and fairness' "main" lane) and how that build's child
     ran it: planned once (``generic``: 6ba3471 and later) or at every run, sent with its own
-    $n placeholders (``native``: 7cbb2d1 and later) or through psycopg's."""
+    $n placeholders (``native``: 7cbb2d1 and later) or through psycopg's, with the child's
+    cursors (``cursors``: 8037970 and later) or without."""
 
     sql: str
     generic: bool = False
     native: bool = False
+    cursors: bool = False
 
 
 class Drain:
@@ -92,6 +95,7 @@ class Drain:
         self.pool = list(pool)
         self.old = old
         self.sql = baseline.sql if baseline is not None else None
+        self.baseline = baseline
         self.native = (
             native_text(baseline.sql) if baseline is not None and baseline.native else None
         )
@@ -118,7 +122,8 @@ class Drain:
             return self._claim_old(limit, done)
         order = self.queues.order(now)
         resume = self.tenants.resume_all(order)
-        cursors = self.cursors.for_claim(order, now) if self.sql is None else []
+        with_cursors = self.sql is None or (self.baseline is not None and self.baseline.cursors)
+        cursors = self.cursors.for_claim(order, now) if with_cursors else []
         params = claim_params(
             order,
             worker="bench",
@@ -130,13 +135,15 @@ class Drain:
         )
         started = time.perf_counter()
         if self.sql is None or self.native is not None:
-            cursor = execute_claim(self.conn, params, self.native)  # as the child sends it
+            # As the child sends it: this build's the variant its child chooses (no limits here).
+            variant = claim_builder.variant(limits=False, batch=limit)
+            cursor = execute_claim(self.conn, params, self.native, variant=variant)
         else:
             cursor = self.conn.execute(self.sql, params)
         jobs = read_claim(cursor).jobs
         self.statements += 1
         self.queues.observe(order, jobs, limit, now)
-        if self.sql is None:
+        if with_cursors:
             self.cursors.observe(jobs, now, time.perf_counter() - started)
         self.tenants.advance_all(order, resume, jobs)
         return jobs
@@ -429,9 +436,20 @@ def main() -> int:
         help="send the baseline's claim with its own $n placeholders, as this build's child "
         "does (a baseline from 7cbb2d1 or later); otherwise through psycopg's",
     )
+    parser.add_argument(
+        "--baseline-cursors",
+        action="store_true",
+        help="send the child's cursors to the baseline's claim too (a baseline from 8037970 "
+        "or later); otherwise it claims from the head every time",
+    )
     args = parser.parse_args()
     baseline = (
-        Baseline(claim_from(args.baseline), args.baseline_generic, args.baseline_native)
+        Baseline(
+            claim_from(args.baseline),
+            args.baseline_generic,
+            args.baseline_native,
+            args.baseline_cursors,
+        )
         if args.baseline
         else None
     )

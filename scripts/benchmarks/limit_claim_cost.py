@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib.common import fresh_database
+from benchlib.common import fresh_database, migration_at
 
 from supervisor import migrate
 from supervisor.queue.jobs import claim_params, execute_claim, read_claim, use_generic_plans
@@ -46,12 +46,12 @@ LIMITS = {
 
 
 ROOT = Path(__file__).resolve().parents[2]
-MIGRATIONS = ROOT / "sql" / "migrations"
+FUNCTIONS = ROOT / "sql" / "functions"
 
 
 def finish_of_0013() -> str:
     """0013's pgq.limit_finish, to put back."""
-    text = (MIGRATIONS / "0013_limits.sql").read_text(encoding="utf-8")
+    text = migration_at("0013_limits.sql")
     found = re.search(r"CREATE FUNCTION pgq\.limit_finish\(.*?\n\$\$;", text, re.DOTALL)
     assert found is not None
     return found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
@@ -98,7 +98,7 @@ def main() -> int:
         help="the server's default planning (and JIT) instead of the child's session's",
     )
     args = parser.parse_args()
-    current = (MIGRATIONS / "0031_tenant_spend_once.sql").read_text(encoding="utf-8")
+    current = (FUNCTIONS / "limit_finish.sql").read_text(encoding="utf-8")
     variants: dict[str, tuple[str, Limits | None, str]] = {
         f"limits: {name}": (query("claim"), limit, current) for name, limit in LIMITS.items()
     }

@@ -52,7 +52,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
-from benchlib.common import fresh_database  # noqa: E402
+from benchlib.common import fresh_database, migration_at  # noqa: E402
 
 from supervisor import NewJob, enqueue_many, migrate  # noqa: E402
 from supervisor.config.limits import default_burst  # noqa: E402
@@ -142,7 +142,7 @@ LANES = {
 
 def functions_of_0013() -> str:
     """0013's definitions of the functions a later migration replaced, to put back."""
-    text = (ROOT / "sql" / "migrations" / "0013_limits.sql").read_text(encoding="utf-8")
+    text = migration_at("0013_limits.sql")
     found = []
     for match in re.finditer(r"CREATE FUNCTION pgq\.(\w+)\(.*?\n\$\$;", text, re.DOTALL):
         if match.group(1) in REPLACED_SINCE_0013:

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 import checkout  # noqa: F401  (examples/, the demo's handlers, is importable from the checkout only)
 import psycopg
-from demo_jobs import QUEUES, archive_job, config_problems, parse_args, plan_jobs
+from demo_jobs import QUEUES, config_problems, parse_args, plan_jobs
 from demo_processes import Helper, Sink, signals_held, stop_supervisor
 from demo_report import (
     QUERIES,
@@ -53,7 +53,8 @@ from demo_report import (
     write_json,
 )
 
-from supervisor import batch_status, enqueue_batch, enqueue_many, result
+from examples.invoice_workflow import invoice_workflow
+from supervisor import enqueue_many, enqueue_workflow, result
 from supervisor.config import Config, ConfigError, load_config
 from supervisor.embedded.server import EmbeddedPostgres
 from supervisor.queue.dsn import describe
@@ -98,8 +99,9 @@ class Demo:
         self.conn: psycopg.Connection[Any] | None = None
         self.ids_by_queue: dict[str, list[int]] = {}
         self.invoice_ids: list[int] = []
-        self.batch_id: int | None = None
-        self.archive_id: int | None = None  # the batch's then job, once every invoice ended
+        self.workflow_id: int | None = None
+        self.archive_id: int | None = None  # the workflow's last step: the mail of the zip
+        self.zip_id: int | None = None
         self.archive: dict[str, Any] | None = None
         self.started_wall = time.time()
         self.started = time.monotonic()
@@ -214,19 +216,17 @@ class Demo:
         )
         invoices = [job for job in jobs if job.kind == "render_pdf"]
         others = [job for job in jobs if job.kind != "render_pdf"]
-        then = archive_job(
-            [job.args["invoice_id"] for job in invoices],
-            out_dir=shown(self.paths.out),
-            sink_url=self.sink.url,
-        )
+        flow = invoice_workflow(invoices, out_dir=shown(self.paths.out), sink_url=self.sink.url)
         began = time.monotonic()
         with self.conn.transaction():
-            # The invoices are one batch: once every one has ended, its then job zips the PDFs
-            # and mails the archive, in the same transaction as the last invoice's outcome.
-            batch = enqueue_batch(self.conn, invoices, then=then)
-            ids = batch.job_ids + enqueue_many(self.conn, others)
+            # The invoices are a workflow: every page renders in parallel, the last one's
+            # outcome releases the zip (in its own transaction), the zip's releases the mail.
+            handle = enqueue_workflow(self.conn, flow)
+            ids = handle.job_ids[: len(invoices)] + enqueue_many(self.conn, others)
             row = self.conn.execute(QUERIES["database_now"]).fetchone()
-        self.batch_id = batch.id
+        self.workflow_id = handle.id
+        self.archive_id = handle.job_ids[-1]
+        self.zip_id = handle.job_ids[-2]
         jobs = invoices + others
         assert row is not None
         self.enqueued_at = row[0]
@@ -238,7 +238,7 @@ class Demo:
         self.say(
             f"enqueued          {len(ids)} jobs in one transaction in "
             f"{(time.monotonic() - began) * 1000:.0f} ms: {args.invoices} invoices (queues pdf "
-            f"and reports) as batch {batch.id}, whose then job mails one archive of the PDFs, "
+            f"and reports) as workflow {handle.id}, whose next steps zip the PDFs and mail it, "
             f"{args.webhooks} webhooks, {args.syncs} account syncs\n"
         )
 
@@ -266,7 +266,7 @@ class Demo:
             if archive:
                 header += f" · archive {archive}"
             progress.show(header, self.snap, self.enqueued_at, tick - self.started)
-            if self.snap.total.left == 0 and archive in ("mailed", "dead", "unknown"):
+            if self.snap.total.left == 0 and archive in ("mailed", "dead", "unknown", "cancelled"):
                 progress.done()
                 return True
             code = self.supervisor.poll()
@@ -283,15 +283,11 @@ class Demo:
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
     def archive_state(self) -> str:
-        """Where the batch's then job is: '' before it exists, then its state, 'mailed' once it
-        completed (its result kept: the archive's path and size)."""
+        """Where the workflow's mail step is: its state ('waiting' until the zip is done),
+        'mailed' once it completed (its result kept: the archive's path and size)."""
         assert self.conn is not None
-        if self.batch_id is None:
-            return ""
         if self.archive_id is None:
-            self.archive_id = batch_status(self.conn, self.batch_id).then_job_id
-            if self.archive_id is None:
-                return ""
+            return ""
         row = self.conn.execute(QUERIES["job_state"], {"id": self.archive_id}).fetchone()
         if row is not None:
             return "dead" if row[0] == "discarded" else str(row[0])
@@ -319,8 +315,7 @@ class Demo:
         if not self.ids_by_queue:
             return
         all_ids = [i for ids in self.ids_by_queue.values() for i in ids]
-        if self.archive_id is not None:
-            all_ids.append(self.archive_id)
+        steps = [i for i in (self.zip_id, self.archive_id) if i is not None]
         server = None if self.explicit_dsn else EmbeddedPostgres(self.data_dir)
         try:
             with signals_held():
@@ -329,9 +324,9 @@ class Demo:
                     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
                         self.snap = take_snapshot(conn, self.ids_by_queue)
                         self.dead = dead_letters(conn, all_ids, DEAD_LETTERS_SHOWN)
-                        self.withdrawn = conn.execute(
-                            QUERIES["withdraw"], {"ids": all_ids}
-                        ).rowcount
+                        (self.withdrawn,) = conn.execute(
+                            QUERIES["withdraw"], {"ids": all_ids, "steps": steps}
+                        ).fetchone() or (0,)
                 finally:
                     if server is not None and server.launched:
                         server.stop()

@@ -83,7 +83,13 @@ LIMIT %(limit)s;
 -- name: withdraw
 -- Deletes the demo's jobs that have not started, when it stops early (Ctrl-C, timeout): they
 -- would otherwise run at the next start, their webhooks aimed at a receiver long gone. A retry
--- waiting for its backoff is 'scheduled'.
-DELETE FROM pgq.jobs
-WHERE id = ANY(%(ids)s::bigint[])
-  AND state IN ('available', 'scheduled');
+-- waiting for its backoff is 'scheduled'; the invoice workflow's zip and mail steps wait as
+-- 'waiting' until their parents end (deleted too, but not counted: they are not table rows).
+WITH gone AS (
+    DELETE FROM pgq.jobs
+    WHERE id = ANY(%(ids)s::bigint[] || %(steps)s::bigint[])
+      AND state IN ('available', 'scheduled', 'waiting')
+    RETURNING id
+)
+SELECT count(*) FILTER (WHERE id = ANY(%(ids)s::bigint[]))
+FROM gone;

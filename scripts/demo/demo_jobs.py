@@ -12,14 +12,13 @@ import random
 import checkout  # noqa: F401  (examples/ is importable from the checkout only)
 
 from examples.flaky import POISONED_EVERY as UPSTREAM_POISONED
+from examples.invoice_workflow import ARCHIVE_QUEUE
 from supervisor import NewJob
 from supervisor.config import Config
 
 # The queues and kinds below; the supervisor's config must route and handle all of them.
 QUEUES = ("pdf", "reports", "webhooks", "sync")
-KINDS = ("render_pdf", "deliver_webhook", "sync_account", "mail_archive")
-# The invoices' batch callback waits here (I/O: the webhooks pool); not a row of the table.
-ARCHIVE_QUEUE = "mail"
+KINDS = ("render_pdf", "deliver_webhook", "sync_account", "zip_invoices", "mail_archive")
 # The upstream of the account sync fails this share of attempts (examples.flaky).
 SYNC_FAIL_RATE = 0.3
 # Every 12th account, the 6th first, is one the upstream can never serve.
@@ -53,16 +52,11 @@ def account_ids(count: int) -> list[int]:
     return ids
 
 
-def archive_job(invoice_ids: list[int], *, out_dir: str, sink_url: str) -> NewJob:
-    """The invoices' batch callback: one zip of the PDFs, mailed to the sink's /mail."""
-    args = {"out_dir": out_dir, "sink_url": sink_url, "invoice_ids": invoice_ids}
-    return NewJob("mail_archive", args, ARCHIVE_QUEUE)
-
-
 def plan_jobs(
     invoices: int, webhooks: int, syncs: int, *, out_dir: str, sink_url: str
 ) -> list[NewJob]:
-    """Every job but the archive: the invoices first (the demo enqueues them as a batch)."""
+    """Every job but the archive's two: the invoices first (the demo enqueues them as the
+    first stage of the invoice workflow, examples.invoice_workflow)."""
     rng = random.Random(5)
     jobs = []
     for invoice_id in range(1, invoices + 1):

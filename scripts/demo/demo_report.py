@@ -280,7 +280,7 @@ class Summary:
     unique_deliveries: int | None  # distinct Idempotency-Keys among them
     dead_letters: list[DeadLetter]
     withdrawn: int  # jobs deleted, never run, when the demo stopped early
-    # What the invoices' batch callback returned (its kept result): the archive it mailed.
+    # What the invoice workflow's mail step returned (its kept result): the archive it mailed.
     archive: dict[str, Any] | None = None
 
 
@@ -311,11 +311,11 @@ def summary_lines(s: Summary) -> list[str]:
         f"{human_size(pdfs.size)}, {verdict}"
     )
     if s.archive is not None:
-        batch = s.archive.get("batch", {})
+        flow = s.archive.get("workflow", {})
         lines.append(
-            f"Archive: batch {batch.get('id')} ended ({batch.get('completed')} completed, "
-            f"{batch.get('discarded')} discarded, {batch.get('cancelled')} cancelled); its then "
-            f"job zipped {s.archive['files']} PDFs into {s.archive['archive']} "
+            f"Archive: workflow {flow.get('id')}'s invoices ended ({flow.get('completed')} "
+            f"completed, {flow.get('discarded')} discarded, {flow.get('cancelled')} cancelled); "
+            f"its next step zipped {s.archive['files']} PDFs into {s.archive['archive']} "
             f"({human_size(s.archive['bytes'])}) and mailed it once (effects: external)"
         )
     if s.deliveries is not None:

@@ -21,31 +21,13 @@ ALTER TABLE pgq.jobs ADD COLUMN errors jsonb;
 -- it through LIKE.
 ALTER TABLE pgq.job_history ADD COLUMN errors jsonb;
 
--- A job's page looks a finished job up by id. Created on the parent, the index is built on
--- every partition (taking each one's SHARE lock while it builds, so history writes wait for
--- that partition's build: a day's rows), and ATTACH PARTITION in
--- pgq.ensure_history_partitions builds it on each new partition before attaching it.
--- Not unique: a dead letter replayed and then completed has two rows.
-CREATE INDEX job_history_id ON pgq.job_history (id);
+-- A job's page looks a finished job up by id: that index (job_history_id) is built by 0041, one
+-- partition at a time. It was built here, inside this transaction, after the ADD COLUMN above
+-- took pgq.jobs' exclusive lock: on an upgrade from 0008 or earlier, every enqueue, claim and
+-- completion waited for the build of every history partition (issue 30).
 
 -- The errors after `error` is added for `attempt`: the most recent 25, oldest first; `errors`
 -- unchanged when `error` is null (a write that keeps last_error). A single SELECT without SET
 -- or STRICT, so the planner inlines it into the statements that call it. The 24 in the path
 -- keeps 24 old entries beside the new one; jsonpath's lax mode clamps it for shorter arrays.
-CREATE FUNCTION pgq.error_kept(errors jsonb, attempt integer, error text)
-RETURNS jsonb
-LANGUAGE sql
-STABLE
-PARALLEL SAFE
-AS $$
-    SELECT CASE
-        WHEN error IS NULL THEN errors
-        ELSE pg_catalog.jsonb_path_query_array(coalesce(errors, '[]'), '$[last - 23 to last]')
-             || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
-                    'seq', coalesce((errors -> -1 ->> 'seq')::integer, 0) + 1,
-                    'attempt', attempt,
-                    'at', pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC',
-                                             'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
-                    'error', error))
-    END
-$$;
+-- pgq.error_kept: its definition from here on is sql/functions/error_kept.sql (applied after the migrations).

@@ -27,27 +27,6 @@ CREATE TABLE pgq.queue_wakeups (
 -- whether it notified. The enqueues call it only after an index probe found a raised flag, so
 -- the common case (flags down: children busy, or none listening) costs that probe alone, not an
 -- UPDATE. PL/pgSQL, so its plans are kept for the session.
-CREATE FUNCTION pgq.take_wakeups(queue text)
-RETURNS boolean
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    UPDATE pgq.queue_wakeups AS w
-    SET wanted = false
-    WHERE (w.queue, w.supervisor_id) IN (
-        SELECT f.queue, f.supervisor_id
-        FROM pgq.queue_wakeups AS f
-        WHERE f.queue = take_wakeups.queue
-          AND f.wanted
-        FOR UPDATE SKIP LOCKED
-    );
-    IF FOUND THEN
-        PERFORM pg_notify('pgq_jobs', take_wakeups.queue);
-    END IF;
-    RETURN FOUND;
-END;
-$$;
+-- pgq.take_wakeups: its definition is sql/functions/take_wakeups.sql (applied after the migrations).
 
 -- pgq.enqueue takes the flags too: it is redefined with them (and tenant, traceparent) in 0024.

@@ -26,6 +26,7 @@ GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA pgq TO pgq_worker;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgq TO pgq_worker;
 -- Read-only: the role may see which migrations ran, not record new ones.
 REVOKE INSERT, UPDATE, DELETE ON pgq.schema_migrations FROM pgq_worker;
+REVOKE INSERT, UPDATE, DELETE ON pgq.schema_functions FROM pgq_worker;
 -- PostgreSQL 17 and later: MAINTAIN lets the supervisor's vacuum service VACUUM pgq.jobs
 -- without owning it (on older servers that is left to autovacuum).
 DO $$

@@ -17,11 +17,12 @@ import psycopg
 
 from supervisor.child.executor import job_fields
 from supervisor.child.session import ChildSession
+from supervisor.queue import costs, outcomes
 from supervisor.queue import jobs as jobs_api
-from supervisor.queue import outcomes
-from supervisor.queue.dsn import RECONNECT_ERRORS
+from supervisor.queue.dsn import RECONNECT_ERRORS, STATEMENT_CUT
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
+from supervisor.shared.words import plural
 
 log = logging.getLogger("pgq.worker")
 
@@ -65,12 +66,17 @@ class Completer:
         self.settled: list[outcomes.Settlement] = []
         # What completed handlers returned, as JSON text, by job id (the Executor's, shared).
         self.returned: dict[int, str] = {}
+        # What each attempt cost, by job id (the Executor's, shared): written with the outcomes
+        # when history is kept (pgq.attempt_costs).
+        self.costs: dict[int, costs.Cost] = {}
         self.oldest: float | None = None
         # After the database refused an outcome (a trigger, a constraint), when to try it again.
         self.retry_at = 0.0
         self.retry_delay = 0.0
         # The last claim's limit_wait (jobs_api.Claimed): how long the queue's limits hold it back.
         self.limit_wait: float | None = None
+        # Whether the last claim, a variant without limits, found that a limit exists now.
+        self.limits_found = False
 
     def add(self, job: Job, settlement: outcomes.Settlement | None) -> None:
         if settlement is None:
@@ -84,7 +90,11 @@ class Completer:
 
     def held(self) -> list[int]:
         """The ids of the jobs whose outcome waits here."""
-        return [job.id for job in self.done] + [s.job.id for s in self.settled]
+        return [job.id for job in self.held_jobs()]
+
+    def held_jobs(self) -> list[Job]:
+        """The jobs whose outcome waits here."""
+        return self.done + [s.job for s in self.settled]
 
     def _changed(self) -> None:
         if self.on_unrecorded is not None:
@@ -116,7 +126,9 @@ class Completer:
                 self.write()
                 return
             except RECONNECT_ERRORS as exc:
-                session.warn(f"cannot record the outcome of {len(self)} jobs: {exc}; retrying")
+                session.warn(
+                    f"cannot record the outcome of {plural(len(self), 'job')}: {exc}; retrying"
+                )
                 if session.process.orphaned:
                     return
                 session.reconnect(through_drain=True)
@@ -138,6 +150,13 @@ class Completer:
         assert conn is not None
         if not self.ready():
             return self._claim_only(conn, claim)
+        try:
+            self._write_heavy_results(conn)
+        except RECONNECT_ERRORS:
+            raise
+        except psycopg.Error:
+            self._write_one_by_one(conn)
+            return self._claim_only(conn, claim)
         done, history = self.done, self.history
         # Without a claim to carry them, finished jobs go in the claim statement claiming
         # nothing; with neither a claim nor finished jobs, only the settle is sent.
@@ -147,18 +166,30 @@ class Completer:
             def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
                 return jobs_api.send_complete(conn, done, history=history)
 
+        spent = self._attempts(done, self.settled)
         try:
             settled = claimed = None
-            if self.settled:
+            if self.settled or spent:
+                # One round trip still: the costs and the settle travel with the claim.
                 with conn.pipeline():
-                    settled = jobs_api.send_settle(conn, self.settled, history=history)
+                    if spent:
+                        costs.record(conn, spent)
+                    if self.settled:
+                        settled = jobs_api.send_settle(conn, self.settled, history=history)
                     claimed = send(conn, done) if send is not None else None
             elif send is not None:
                 claimed = send(conn, done)
             result = jobs_api.read_claim(claimed, done) if claimed is not None else None
+        except STATEMENT_CUT:
+            # A row lock (or the statement timeout) cut the round trip short: each outcome is
+            # tried on its own, the one that waits stays here, and the claim goes without it.
+            self._write_one_by_one(conn)
+            return self._claim_only(conn, claim)
         except RECONNECT_ERRORS:
+            self._keep(spent)
             raise
         except psycopg.Error:
+            self._keep(spent)
             self._write_one_by_one(conn)
             return self._claim_only(conn, claim)
         self._written(
@@ -174,10 +205,52 @@ class Completer:
         )
         self._announce(self.settled)
         self.limit_wait = result.limit_wait if result is not None else None
+        self.limits_found = result.limits_found if result is not None else False
         self.done, self.settled, self.oldest = [], [], None
         self.retry_delay = 0.0
         self._changed()
         return result.jobs if result is not None else []
+
+    def _attempts(
+        self, done: Sequence[Job], settled: Sequence[outcomes.Settlement]
+    ) -> list[costs.Attempt]:
+        """The costs of the attempts being written (those that ran: not a job released or
+        refused unstarted), taken out of the shared map; none without history."""
+        if not self.costs:
+            return []
+        if not self.history:
+            self.costs.clear()
+            return []
+        found = [(job, "completed") for job in done]
+        found += [(s.job, s.label) for s in settled]
+        spent = []
+        for job, outcome in found:
+            cost = self.costs.pop(job.id, None)
+            if cost is not None:
+                spent.append(
+                    costs.Attempt(
+                        job.id, job.attempts, job.queue, job.kind, job.tenant, outcome, cost
+                    )
+                )
+        return spent
+
+    def _keep(self, spent: list[costs.Attempt]) -> None:
+        """Costs not written go back, to travel with the next write of their outcomes."""
+        for attempt in spent:
+            self.costs.setdefault(attempt.job_id, attempt.cost)
+
+    def _write_heavy_results(self, conn: psycopg.Connection[Any]) -> None:
+        """Completions whose results would pass RESULTS_PER_STATEMENT in the claim are written
+        first, a statement per run of them, so the claim carries one run at most."""
+        runs = jobs_api.results_chunks(self.done)
+        if len(runs) == 1:
+            return
+        for run in runs[:-1]:
+            written = jobs_api.complete(conn, run, history=self.history)
+            self._written(_tally(self.board, self.pool, written))
+            gone = {job.id for job in run}
+            self.done = [job for job in self.done if job.id not in gone]
+            self._changed()
 
     def _written(self, written: tuple[list[Job], list[Job]]) -> None:
         if self.on_written is not None:
@@ -188,6 +261,7 @@ class Completer:
             return []
         claimed = jobs_api.read_claim(claim(conn, ()))
         self.limit_wait = claimed.limit_wait
+        self.limits_found = claimed.limits_found
         return claimed.jobs
 
     def _announce(self, settled: list[outcomes.Settlement]) -> None:
@@ -211,6 +285,8 @@ class Completer:
                         written = _tally(board, pool, None, [settlement], result)
                         self._announce([settlement])
                     self._written(written)
+                except STATEMENT_CUT as exc:
+                    refused.append((job, settlement, exc))  # its row is held: tried again
                 except RECONNECT_ERRORS:
                     raise
                 except psycopg.Error as exc:

@@ -25,6 +25,16 @@ longer than the refresh because of a cursor, or HEAD_AT_MOST walks' time once a 
 more than refresh/HEAD_AT_MOST. The claims between walk only the entries that siblings
 consumed since this child's last one.
 
+What a walk costs is read from the claims from the head, but believed only up to WALK_GROWTH
+times the last walk: the dead prefix grows with the time the horizon has been held, so between
+two claims from the head (at most a few walks apart) its walk cannot grow that much, while a
+claim that waited on a row lock for its carried outcomes, carried a slow completion, or queued
+for a queue's limits mutex is longer by the whole wait. Taken whole, a 15 s wait behind a row
+lock put the next claim from the head 60 s away (four times it), and hid a late-committed job
+below the cursors for that long (issue 30); believed up to four walks, it puts it where the walk
+says. A walk that really grew that fast (a child started an hour into a hold) is believed within
+a few claims from the head.
+
 The state lives in the child's memory, not in a database row: a row updated per claim would
 grow its own unprunable version chain while the horizon is held, the very cost avoided here.
 """
@@ -48,6 +58,10 @@ PER_CLAIM = 256
 HEAD_EVERY = 20.0
 # ... and never sooner than this many times it: at most a quarter of the child's time.
 HEAD_AT_MOST = 4.0
+# A claim from the head is believed to have walked at most this many times the last walk (the
+# rest of its time was a wait: a row lock, a completion, the limits mutex). Before the first,
+# the walk believed is the dearest that still brings the next within the refresh.
+WALK_GROWTH = 4.0
 
 
 class ClaimCursors:
@@ -56,6 +70,8 @@ class ClaimCursors:
         self._at: dict[str, OrderedDict[str, Cursor]] = {}
         self._full_due = 0.0  # the first claim starts from the head
         self._full = False
+        # What the last claim from the head is believed to have walked (seconds).
+        self.walk = refresh / (HEAD_AT_MOST * WALK_GROWTH)
 
     def for_claim(self, order: Sequence[str], now: float) -> list[Cursor]:
         """The cursors the next claim (trying ``order``) starts from: none when a claim from the
@@ -78,11 +94,12 @@ class ClaimCursors:
 
     def observe(self, jobs: Iterable[Job], now: float, took: float = 0.0) -> None:
         """After a claim that the last ``for_claim`` prepared (started at ``now``, ``took``
-        seconds): each tenant's cursor moves to the last job claimed there (the claim takes a
-        tenant's jobs in key order)."""
+        seconds, its whole round trip): each tenant's cursor moves to the last job claimed
+        there (the claim takes a tenant's jobs in key order)."""
         if self._full:
             self._at.clear()
-            self._full_due = now + max(min(self.refresh, HEAD_EVERY * took), HEAD_AT_MOST * took)
+            walk = self.walk = min(took, WALK_GROWTH * self.walk)
+            self._full_due = now + max(min(self.refresh, HEAD_EVERY * walk), HEAD_AT_MOST * walk)
             self._full = False
         for job in jobs:
             tenants = self._at.setdefault(job.queue, OrderedDict())

@@ -9,18 +9,23 @@ handler (timeouts, cancels, the master's death); they are BaseExceptions, so a h
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from supervisor.crypto.opening import Opener, Refused
+from supervisor.crypto.opening import scrub as scrub_opened
 from supervisor.observability.tracing import Attempts, Telemetry
-from supervisor.queue import outcomes
+from supervisor.queue import costs, outcomes, progress
 from supervisor.queue.context import JobContext
 from supervisor.queue.jobs import Job
 from supervisor.shared.board import Board, Counter
+from supervisor.shared.redact import scrub
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -68,6 +73,7 @@ class Executor:
         lease_check: Callable[[Job], bool | None],
         cancel_check: Callable[[Job], bool | None],
         interruptible_thread: int | None,
+        ask: progress.Writer | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -77,6 +83,7 @@ class Executor:
         self.board = board
         self.lease_check = lease_check
         self.cancel_check = cancel_check
+        self.ask = ask  # how a handler's progress reaches the database (the child's questions)
         # Handlers on this thread run on the process's main thread, where a signal handler can
         # raise into them (timeouts, orphaning); None when every handler runs on its own thread.
         self.interruptible_thread = interruptible_thread
@@ -95,10 +102,17 @@ class Executor:
         self.counter_lock = threading.Lock()
         # What completed handlers returned, as JSON text, until the Completer takes it (shared).
         self.returned: dict[int, str] = {}
+        # What each attempt cost, by job id, until the Completer writes it with the outcome
+        # (shared). Inline: the process's usage around the attempt; threaded: the thread's.
+        self.costs: dict[int, costs.Cost] = {}
+        self.shared_process = interruptible_thread is None
+        # Told each attempt's cost (fair share by cost, supervisor.child.fair_cost); None: off.
+        self.on_cost: Callable[[Job, costs.Cost], None] | None = None
         # OpenTelemetry, built here in the child after the fork (OTEL_* variables; None: off).
         telemetry = Telemetry.from_env()
         self.attempts = Attempts(telemetry) if telemetry is not None else None
         self.telemetry = telemetry
+        self.opener = Opener.of(config)
 
     def written(self, recorded: list[Job], lost: list[Job]) -> None:
         """Completer.on_written: the attempts' spans end once their outcome is written."""
@@ -154,7 +168,18 @@ class Executor:
             backoff_cap=policy.backoff_cap,
         )
 
-    def context(self, job: Job, started: float) -> JobContext:
+    def mismatched(self, job: Job, target: str, mismatch: str) -> outcomes.Settlement:
+        """Arguments that do not fit the handler's signature fail every attempt alike: the job
+        is discarded at once, naming the parameter, instead of retried as if transient."""
+        return outcomes.discard(
+            job,
+            f"the arguments of job {job.id} ({job.kind}, queue {job.queue}) do not match "
+            f"{target}: {mismatch}; discarded without a retry (every attempt would fail alike)",
+        )
+
+    def context(
+        self, job: Job, started: float, reporter: progress.Reporter | None = None
+    ) -> JobContext:
         policy = self.config.policy(job.kind)
         return JobContext(
             id=job.id,
@@ -170,6 +195,7 @@ class Executor:
             batch=job.batch,
             _check_lease=lambda: self.lease_check(job),
             _check_cancel=lambda: self.cancel_check(job),
+            _report_progress=reporter.report if reporter is not None else None,
         )
 
     def run(self, job: Job, thread: int = 0) -> outcomes.Settlement | None:
@@ -178,11 +204,24 @@ class Executor:
         if refused is not None:
             return refused
         policy = self.config.policy(job.kind)
+        args: dict[str, Any] = job.args
+        secrets: list[Any] = []
+        if self.opener.wants(job.kind, args):
+            try:
+                args, secrets = self.opener.open(job.id, job.kind, args)
+            except Refused as closed:
+                return self._refused(job, closed)
         handler = self.handlers[job.kind]
+        mismatch = handler.mismatch(job.args)
+        if mismatch is not None:
+            return self.mismatched(job, handler.target, mismatch)
         started = self.board.job_started(
             thread, job.id, job.lease_id, self.kind_index.get(job.kind, -1), policy.timeout
         )
-        context = self.context(job, started) if handler.wants_context else None
+        reporter = None
+        if handler.wants_context and self.ask is not None:
+            reporter = progress.Reporter(job.id, job.attempts, self.ask)
+        context = self.context(job, started, reporter) if handler.wants_context else None
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
         # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
@@ -192,11 +231,13 @@ class Executor:
         span = None
         if self.attempts is not None:
             span = traced.enter_context(self.attempts.attempt(job, self.pool, self.worker_id))
+        meter = costs.Meter(shared=self.shared_process)
+        meter.start()
         try:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
             try:
-                value = handler(job.args, context)
+                value = handler(args, context)
             except (JobTimeout, JobCancelled, Orphaned):
                 raise
             except BaseException as exc:  # a handler's SystemExit is its failure, not ours
@@ -213,6 +254,9 @@ class Executor:
             )
             if settlement is None and value is not None:
                 settlement = self._keep_result(job, value)
+            if secrets and settlement is not None and settlement.error:
+                # A handler's message may quote what it was given: never an encrypted value.
+                settlement = replace(settlement, error=scrub_opened(settlement.error, secrets))
         except JobTimeout:
             self.interruptible = False
             settlement = self.timed_out(job)
@@ -222,7 +266,18 @@ class Executor:
         finally:
             self.interruptible = False
             self.deadline = None
+            cost = self.costs[job.id] = meter.stop()
+            if self.on_cost is not None:
+                self.on_cost(job, cost)
+            if reporter is not None:
+                with contextlib.suppress(Exception):  # progress never fails the attempt
+                    reporter.finish()
             traced.close()
+            if settlement is not None and settlement.error and self.config.web.redact:
+                # A handler's exception may quote its arguments (`card 4111... declined`): the
+                # text is kept, logged and put on the span, so the redacted values leave here.
+                error = scrub(settlement.error, job.args, self.config.web.redact)
+                settlement = dataclasses.replace(settlement, error=error)
             self.board.job_finished(thread)
             with self.counter_lock:
                 self.board.observe_job(time.monotonic() - started)
@@ -232,6 +287,21 @@ class Executor:
                     error = settlement.error if settlement is not None else None
                     self.attempts.outcome(job, span, label, error)
         return settlement
+
+    def _refused(self, job: Job, refused: Refused) -> outcomes.Settlement:
+        """A job whose encrypted arguments cannot be opened, or whose ``encrypt:`` field came in
+        clear (supervisor/crypto/opening.py says which are retried)."""
+        log.error("%s", refused.message, extra=job_fields(job, self.pool))
+        if not refused.retry:
+            return outcomes.discard(job, refused.message)
+        policy = self.config.policy(job.kind)
+        return outcomes.failure(
+            job,
+            refused.message,
+            max_attempts=policy.max_attempts,
+            backoff_base=policy.backoff_base,
+            backoff_cap=policy.backoff_cap,
+        )
 
     def _keep_result(self, job: Job, value: Any) -> outcomes.Settlement | None:
         """Encode what the handler returned, to be kept with its completion; a value that is

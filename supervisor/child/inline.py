@@ -48,6 +48,7 @@ class InlineLoop:
         parts = self.parts
         parts.board.set_state(State.RUNNING)
         parts.unstarted = list(claimed)
+        parts.publish_held()
         self.looked_at = time.monotonic()
         while parts.unstarted:
             if parts.process.draining or parts.limits.recycle_reason() is not None:

@@ -13,6 +13,7 @@ import time
 from supervisor.child.claimer import Claimer
 from supervisor.child.completer import Completer
 from supervisor.child.executor import Executor
+from supervisor.child.fair_cost import CostFairness
 from supervisor.child.limits import Limits
 from supervisor.child.process import ChildProcess, drain
 from supervisor.child.questions import Questions
@@ -44,7 +45,7 @@ class Parts:
             spec.pool.name,
             history=spec.config.history.enabled,
             on_scheduled=lambda: self.process.report(b"S"),
-            on_unrecorded=spec.board.set_unrecorded,
+            on_unrecorded=self.unrecorded_changed,
         )
         self.claimer = Claimer(self.session, self.completer)
         self.questions = Questions(self.session)
@@ -59,9 +60,15 @@ class Parts:
             lease_check=self.lease_held,
             cancel_check=self.cancel_requested,
             interruptible_thread=0 if spec.pool.threads == 1 else None,
+            ask=self.questions.ask,
         )
         self.process.executor = self.executor
         self.completer.returned = self.executor.returned
+        self.completer.costs = self.executor.costs
+        fair = spec.config.fair_by_cost & set(spec.pool.queues)
+        if fair:
+            fairness = CostFairness(self.claimer.tenants, spec.config.tenants, frozenset(fair))
+            self.executor.on_cost = fairness.observe
         self.completer.on_written = self.executor.written
 
     def held(self) -> list[int]:
@@ -72,6 +79,21 @@ class Parts:
         if self.in_hand is not None:
             held.append(self.in_hand.id)
         return held + self.completer.held()
+
+    def publish_held(self) -> None:
+        """Show the master every claim this child holds (the board): it renews their leases and
+        watches them for cancels by primary key. Called after a claim and whenever outcomes
+        wait or were written; a claim shown a moment after it ended costs one fenced no-op."""
+        claims = [(job.id, job.lease_id) for job in self.unstarted]
+        claims += [(job.id, job.lease_id) for job in self.handed_out.values()]
+        if self.in_hand is not None:
+            claims.append((self.in_hand.id, self.in_hand.lease_id))
+        claims += [(job.id, job.lease_id) for job in self.completer.held_jobs()]
+        self.board.set_held(claims)
+
+    def unrecorded_changed(self, ran: list[int]) -> None:
+        self.board.set_unrecorded(ran)
+        self.publish_held()
 
     def lease_held(self, job: Job) -> bool | None:
         return self.questions.ask(lambda conn: jobs_api.lease_held(conn, job))

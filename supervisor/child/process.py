@@ -57,6 +57,7 @@ class ChildProcess:
             os.set_blocking(fd, False)
         signal.set_wakeup_fd(self.signal_w)
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGUSR1, self._on_cancel)
         for ignored in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(ignored, signal.SIG_IGN)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -100,6 +101,20 @@ class ChildProcess:
         deadline = executor.deadline
         if deadline is not None and time.monotonic() >= deadline:
             raise JobTimeout
+
+    def _on_cancel(self, signum: int, frame: Any) -> None:
+        """The master's word that a job this child runs was cancelled (the master's cancel
+        watch): the job in hand ends cancelled if the board names it, and the child then leaves,
+        its process group (the handler's subprocesses) ended by the master. A child that has
+        moved on to another job since the master looked is left alone: its job is innocent.
+        Outside the handler's code nothing happens; the master asks again a second later."""
+        executor = self.executor
+        if executor is None or not executor.in_handler(frame):
+            return
+        running = self.board.running_jobs()
+        if running and running[0].job_id in self.board.cancelled_jobs():
+            self.draining = True
+            raise JobCancelled
 
     def _refresh_title(self) -> None:
         kinds = self.spec.kinds

@@ -63,6 +63,7 @@ class ThreadedLoop:
                 if claimed:
                     for job in claimed:
                         threads.post(job)
+                    parts.publish_held()
                     parts.board.set_state(State.RUNNING)
                     continue
             wait = pool.poll_interval if free > 0 else 1.0

@@ -48,6 +48,13 @@ class WeightedQueues:
         self._rest = dict.fromkeys(self.weights, EMPTY_FOR)
         self._active: list[str] = list(self.weights)  # not resting at the last order()
 
+    def reweigh(self, weights: Mapping[str, int]) -> None:
+        """New weights for the same queues (a weight-only reload): the rotation starts over."""
+        if set(weights) != set(self.weights) or any(w <= 0 for w in weights.values()):
+            raise ValueError(f"reweigh needs positive weights for {list(self.weights)}")
+        self.weights = {q: weights[q] for q in self.weights}
+        self._score = dict.fromkeys(self.weights, 0)
+
     def order(self, now: float) -> list[str]:
         """Every queue, in the order the next claim should try them: the queues that had work
         in the order smooth weighted round-robin picks them, then those resting."""

@@ -26,9 +26,11 @@ from supervisor.cli.session import (
 )
 from supervisor.cli.verbs import Context, UsageError
 from supervisor.config.units import format_duration
+from supervisor.crypto import mask
 from supervisor.queue import maintenance
 from supervisor.queue.queries import query
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.redact import row_shown
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -78,6 +80,9 @@ def dlq_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", type=duration_arg, metavar="AGE", required=True)
     p.add_argument("--kind", help="only jobs of this kind")
     p.add_argument("--queue", help="only jobs of this queue")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say how many would be deleted; delete nothing"
+    )
     json_argument(p)
 
 
@@ -174,7 +179,7 @@ def dlq_list(ctx: Context) -> int:
                     "kind": j.kind,
                     "queue": j.queue,
                     "attempts": j.attempts,
-                    "max_attempts": j.max_attempts,
+                    "max_attempts": ctx.config.attempt_limit(j.kind, j.max_attempts),
                     "finished_at": iso(j.finished_at),
                     "finished_age_seconds": (now - j.finished_at).total_seconds(),
                     "unique_key": j.unique_key,
@@ -194,7 +199,7 @@ def dlq_list(ctx: Context) -> int:
             j.id,
             j.kind,
             j.queue,
-            f"{j.attempts}/{j.max_attempts}",
+            f"{j.attempts}/{ctx.config.attempt_limit(j.kind, j.max_attempts)}",
             f"{age((now - j.finished_at).total_seconds())} ago",
             _clip(safe(telling_line(j.last_error))),
         ]
@@ -219,6 +224,8 @@ def dlq_show(ctx: Context) -> int:
         now = server_clock(conn)
         cursor = conn.cursor(row_factory=dict_row)
         job = cursor.execute(query("job_by_id"), {"id": job_id}).fetchone()
+    if job is not None:
+        job = row_shown(job, ctx.config.web.redact)
     if job is None:
         return _fail(f"no job {job_id}: it completed, was purged, or never existed")
     if job["state"] != "discarded":
@@ -227,6 +234,8 @@ def dlq_show(ctx: Context) -> int:
         )
     if ctx.args.json:
         document = {k: iso(v) if isinstance(v, datetime) else v for k, v in job.items()}
+        document["max_attempts"] = ctx.config.attempt_limit(job["kind"], job["max_attempts"])
+        document["args"] = mask(job["args"])  # envelopes as [encrypted: key ID]
         document["finished_age_seconds"] = (now - job["finished_at"]).total_seconds()
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
@@ -240,10 +249,11 @@ def _show_lines(ctx: Context, job: dict[str, Any], now: datetime) -> list[str]:
             return "-"
         return f"{clock_time(moment)} ({age((now - moment).total_seconds())} ago)"
 
-    args = json.dumps(job["args"], indent=2, ensure_ascii=False, sort_keys=True)
+    args = json.dumps(mask(job["args"]), indent=2, ensure_ascii=False, sort_keys=True)
     lines = [
         f"job {job['id']}: {safe(job['kind'])} on queue {safe(job['queue'])}, discarded",
-        f"  attempts    {job['attempts']} of {job['max_attempts']}",
+        f"  attempts    {job['attempts']} of "
+        f"{ctx.config.attempt_limit(job['kind'], job['max_attempts'])}",
         f"  priority    {job['priority']}",
         f"  unique key  {safe(job['unique_key'])}",
         f"  created     {when(job['created_at'])}",
@@ -320,14 +330,23 @@ def dlq_purge(ctx: Context) -> int:
     a = ctx.args
     # Autocommit: each batch commits on its own, so a large purge never holds many row locks.
     with session(ctx, autocommit=True) as conn:
-        now = server_clock(conn)
-        purged = maintenance.purge_discarded(
-            conn,
-            now - timedelta(seconds=a.older_than),
-            batch=ctx.config.purge.batch,
-            kind=a.kind,
-            queue=a.queue,
-        )
+        cutoff = server_clock(conn) - timedelta(seconds=a.older_than)
+        if a.dry_run:
+            found = maintenance.count_dead_letters(conn, cutoff, kind=a.kind, queue=a.queue)
+            if a.json:
+                print(json.dumps({"would_purge": found, "dry_run": True}))
+            else:
+                said = f"would purge {_plural(found)} ({_described(a)})"
+                print(f"{said}; nothing deleted (--dry-run)")
+            return MasterExit.OK
+        purged = 0
+        while True:  # one commit per slice: a large purge never holds many row locks
+            n = maintenance.purge_dead_letters_slice(
+                conn, cutoff, limit=ctx.config.purge.batch, kind=a.kind, queue=a.queue
+            )
+            purged += n
+            if n < ctx.config.purge.batch:
+                break
     if a.json:
         print(json.dumps({"purged": purged}))
         return MasterExit.OK

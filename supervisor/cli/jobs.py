@@ -14,18 +14,24 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from supervisor.cli import jobhistory
+from supervisor.cli import costs_view, filtered, jobhistory
 from supervisor.cli.dlq import telling_line
 from supervisor.cli.jobhistory import attempt_limit
+from supervisor.cli.operator import parse_json_object
 from supervisor.cli.session import (
     json_argument,
     listing_arguments,
     positive_int,
     session,
 )
-from supervisor.cli.verbs import Context, verb
-from supervisor.queue import control, unknown
+from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.crypto import mask
+from supervisor.crypto.search import protected_keys, search_problem
+from supervisor.queue import bulk, control, costs, maintenance, progress, unknown, workflows
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.redact import shown
+from supervisor.shared.words import plural
+from supervisor.views.aging import aging_lines, job_aging
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -38,6 +44,12 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--state", choices=control.STATES, help="only jobs in this state")
     p.add_argument("--queue", help="only jobs of this queue")
     p.add_argument("--kind", help="only jobs of this kind")
+    p.add_argument(
+        "--args",
+        dest="args_filter",
+        metavar="JSON",
+        help="only jobs whose arguments contain this JSON object: '{\"invoice_id\": 42}'",
+    )
     listing_arguments(p)
 
     p = sub.add_parser("show", help="everything about one job, and where it runs")
@@ -46,18 +58,32 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser(
         "cancel",
-        help="cancel jobs: a waiting one never runs, a running one is stopped",
-        description="Cancel jobs. A waiting job becomes cancelled at once; a running one is "
-        "stopped by the supervisor running it within about a second, and is not retried.",
+        help="cancel jobs, by id or by filter: a waiting one never runs, a running one is stopped",
+        description="Cancel jobs, named by id or by a filter. A waiting job becomes cancelled at "
+        "once; a running one is stopped by the supervisor running it within about a second, and "
+        "is not retried.",
     )
-    p.add_argument("ids", type=positive_int, nargs="+", metavar="ID")
+    filtered.filter_arguments(p)
     json_argument(p)
 
     p = sub.add_parser(
         "retry",
-        help="run a waiting job now (one waiting for its retry, or scheduled for later)",
+        help="run waiting jobs now (waiting for their retry, or scheduled), by id or by filter",
+        description="Make waiting jobs (in their retry backoff, or scheduled for later) due now, "
+        "their attempts kept; named by id or by a filter. A dead letter goes back with "
+        "`jobs replay`.",
     )
-    p.add_argument("id", type=positive_int, metavar="ID")
+    filtered.filter_arguments(p)
+    json_argument(p)
+
+    p = sub.add_parser(
+        "replay",
+        help="put dead letters back in their queues, attempts reset, by id or by filter",
+        description="Put dead letters (discarded jobs) back in their queues with their attempts "
+        "reset, due now; named by id or by a filter. One whose unique key a waiting or running "
+        "job holds stays dead.",
+    )
+    filtered.filter_arguments(p)
     json_argument(p)
 
     p = sub.add_parser(
@@ -73,7 +99,7 @@ def jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
 @verb(
     "jobs",
-    "jobs in any state: list, show, cancel, retry, resolve; exit 0, 1 when a job named is "
+    "jobs in any state: list, show, cancel, retry, replay, resolve; exit 0, 1 when a job named is "
     "missing or in the wrong state (or on a database error), 2 on bad usage",
     jobs_arguments,
 )
@@ -83,6 +109,7 @@ def jobs_verb(ctx: Context) -> int:
         "show": jobs_show,
         "cancel": jobs_cancel,
         "retry": jobs_retry,
+        "replay": jobs_replay,
         "resolve": jobs_resolve,
     }
     return commands[ctx.args.jobs_command](ctx)
@@ -122,16 +149,33 @@ def _when(job: control.JobRow, now: datetime) -> str:
 
 
 def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
-    return {k: iso(v) if isinstance(v, datetime) else v for k, v in value.items()}
+    # Encrypted arguments as [encrypted: key ID], never their envelope (supervisor/crypto).
+    return {
+        k: iso(v) if isinstance(v, datetime) else mask(v) if k == "args" else v
+        for k, v in value.items()
+    }
 
 
 def jobs_list(ctx: Context) -> int:
     a = ctx.args
+    search = parse_json_object(a.args_filter) if a.args_filter is not None else None
+    problem = search_problem(search, protected_keys(ctx.config, a.kind))
+    if problem:  # found or not, the answer would tell the value one guess at a time
+        raise UsageError(problem)
     with session(ctx, snapshot=True) as conn, conn.transaction():
         now = server_clock(conn)
-        jobs = control.list_jobs(conn, state=a.state, queue=a.queue, kind=a.kind, limit=a.limit)
+        jobs = control.list_jobs(
+            conn, state=a.state, queue=a.queue, kind=a.kind, args=search, limit=a.limit
+        )
     if a.json:
-        document = {"generated_at": iso(now), "jobs": [_jsonable(asdict(j)) for j in jobs]}
+        limit = ctx.config.attempt_limit
+        document = {
+            "generated_at": iso(now),
+            "jobs": [
+                {**_jsonable(asdict(j)), "max_attempts": limit(j.kind, j.max_attempts)}
+                for j in jobs
+            ],
+        }
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
     if not jobs:
@@ -143,7 +187,7 @@ def jobs_list(ctx: Context) -> int:
             safe(j.kind),
             safe(j.queue),
             j.state + (" (cancelling)" if j.state == "running" and j.cancel_requested_at else ""),
-            f"{j.attempts}/{j.max_attempts}",
+            f"{j.attempts}/{ctx.config.attempt_limit(j.kind, j.max_attempts)}",
             _when(j, now),
             _last_line(j.last_error),
         ]
@@ -152,7 +196,7 @@ def jobs_list(ctx: Context) -> int:
     headers = ["ID", "KIND", "QUEUE", "STATE", "ATTEMPTS", "WHEN", "LAST ERROR"]
     print("\n".join(table(headers, rows, right=(0,))))
     more = "; --limit N shows more" if len(jobs) == a.limit else ""
-    print(f"{len(jobs)} jobs, newest first{more}")
+    print(f"{plural(len(jobs), 'job')}, newest first{more}")
     return MasterExit.OK
 
 
@@ -161,11 +205,21 @@ def jobs_show(ctx: Context) -> int:
         now = server_clock(conn)
         job = control.show_job(conn, ctx.args.id)
         kept = _kept_result(conn, ctx.args.id)
+        step = workflows.job_workflow(conn, ctx.args.id)
         history = jobhistory.read(conn, ctx.args.id) if job is None else []
+        spent = costs.job_costs(conn, ctx.args.id)
+        said = progress.read(conn, [ctx.args.id]).get(ctx.args.id)
+        aged = (
+            job_aging(conn, ctx.args.id, ctx.config.aging.period(job.queue), now)
+            if job is not None
+            else None
+        )
+    if job is not None:
+        job = shown(job, ctx.config.web.redact)
     if job is None and history:
-        return jobhistory.show(ctx, ctx.args.id, history, now, kept)
+        return jobhistory.show(ctx, ctx.args.id, history, now, kept, step, spent, said)
     if job is None and kept is not None:
-        return _show_completed(ctx, kept)
+        return _show_completed(ctx, kept, step)
     if job is None:
         return _fail(
             f"no job {ctx.args.id}: it never existed, or it finished and its history was "
@@ -175,6 +229,10 @@ def jobs_show(ctx: Context) -> int:
     if ctx.args.json:
         document = {**_jsonable(asdict(job)), "attempt_limit": limit.to_json()}
         document["result"] = kept
+        document["workflow"] = step
+        document.update(costs_view.to_json(spent))
+        document["progress"] = said.to_json() if said is not None else None
+        document["aging"] = aged
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -191,27 +249,31 @@ def jobs_show(ctx: Context) -> int:
         f"job {job.id}: {safe(job.kind)} on queue {safe(job.queue)}, {state}",
         f"  attempts    {job.attempts} of {limit.effective} ({limit.reason})",
         f"  priority    {job.priority}",
+        *aging_lines(aged),
         f"  unique key  {safe(job.unique_key)}",
         f"  created     {when(job.created_at)}",
         f"  run at      {when(job.run_at)}",
         f"  last run    {when(job.started_at)}",
         f"  finished    {when(job.finished_at)}",
     ]
+    lines += jobhistory.workflow_lines(step)
     if job.state == "unknown":
         lines.append(
             "  outcome     unknown: its kind has effects outside the database; check there, "
             f"then `jobs resolve {job.id} --as completed|retry|discarded`"
         )
+    lines += costs_view.progress_lines(said, now)
     if job.state == "running":
         where = f"worker {safe(job.locked_by)}"
         if job.pool is not None:
             where = f"{safe(job.host)}: {job.pool}#{job.slot} (pid {job.pid}), {where}"
         lines += [f"  runs on     {where}", f"  lease until {when(job.lease_until)}"]
-    args = json.dumps(job.args, indent=2, ensure_ascii=False, sort_keys=True)
+    args = json.dumps(mask(job.args), indent=2, ensure_ascii=False, sort_keys=True)
     lines += ["args:", *(f"  {line}" for line in safe_block(args).splitlines()), "last error:"]
     error = job.last_error
     lines += [f"  {line}" for line in safe_block(error).splitlines()] if error else ["  -"]
     lines += _earlier_errors(control.errors_of(job.errors))
+    lines += costs_view.lines(spent)
     if kept is not None:
         text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
         lines += ["result:", *(f"  {line}" for line in safe_block(text).splitlines())]
@@ -226,14 +288,15 @@ def _kept_result(conn: Any, job_id: int) -> Any:
         return None
 
 
-def _show_completed(ctx: Context, kept: Any) -> int:
+def _show_completed(ctx: Context, kept: Any, step: dict[str, Any] | None = None) -> int:
     """A completed job left pgq.jobs; what its handler returned is still kept."""
     if ctx.args.json:
-        document = {"id": ctx.args.id, "state": "completed", "result": kept}
+        document = {"id": ctx.args.id, "state": "completed", "result": kept, "workflow": step}
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
     text = json.dumps(kept, indent=2, ensure_ascii=False, sort_keys=True)
-    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)\nresult:")
+    print(f"job {ctx.args.id}: completed (no longer in pgq.jobs)")
+    print("\n".join([*jobhistory.workflow_lines(step), "result:"]))
     print("\n".join(f"  {line}" for line in safe_block(text).splitlines()))
     return MasterExit.OK
 
@@ -242,16 +305,47 @@ def jobs_resolve(ctx: Context) -> int:
     a = ctx.args
     with session(ctx) as conn, conn.transaction():
         done = unknown.resolve(conn, a.ids, a.resolution, history=ctx.config.history.enabled)
+    code = MasterExit.OK
+    then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
     for job in done:
-        then = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
+        if job.state == "held":
+            code = _fail(
+                f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: not retried, its "
+                f"unique key is held by job {job.holder}; it stays unknown (resolve it as "
+                "completed or discarded, or retry it once that job has ended)"
+            )
+            continue
         print(f"job {job.id} ({safe(job.kind)}) on queue {safe(job.queue)}: {then[job.state]}")
     left = sorted(set(a.ids) - {j.id for j in done})
     if left:
         return _fail(f"not unknown, left as they are: {listing(left)}")
+    return code
+
+
+def _dry_run_ids(ctx: Context, command: str) -> int:
+    """--dry-run with IDs: how many of them the command would change, and nothing changed."""
+    action = bulk.ACTIONS[filtered.ACTION_OF[command]]
+    with session(ctx, snapshot=True) as conn, conn.transaction():
+        found = {i: control.show_job(conn, i) for i in sorted(set(ctx.args.ids))}
+    would = [i for i, job in found.items() if job is not None and job.state in action.states]
+    if ctx.args.json:
+        print(json.dumps({"action": command, "dry_run": True, "would": would}, indent=2))
+        return MasterExit.OK
+    left = sorted(set(found) - set(would))
+    rest = f"; {listing(left)} left as they are (not {' or '.join(action.states)})" if left else ""
+    print(
+        f"would {command} {plural(len(would), 'job')}{f' ({listing(would)})' if would else ''}"
+        f"{rest}; nothing changed (--dry-run)"
+    )
     return MasterExit.OK
 
 
 def jobs_cancel(ctx: Context) -> int:
+    which = filtered.chosen(ctx, "cancel")
+    if which is not None:
+        return filtered.run(ctx, "cancel", which)
+    if ctx.args.dry_run:
+        return _dry_run_ids(ctx, "cancel")
     with session(ctx) as conn, conn.transaction():
         result = control.cancel(conn, ctx.args.ids, history=ctx.config.history.enabled)
     if ctx.args.json:
@@ -279,18 +373,55 @@ def jobs_cancel(ctx: Context) -> int:
     return code
 
 
+def jobs_replay(ctx: Context) -> int:
+    which = filtered.chosen(ctx, "replay")
+    if which is not None:
+        return filtered.run(ctx, "replay", which)
+    if ctx.args.dry_run:
+        return _dry_run_ids(ctx, "replay")
+    ids = sorted(set(ctx.args.ids))
+    with session(ctx) as conn, conn.transaction():
+        replayed = maintenance.replay(conn, maintenance.ReplayFilter(ids=ids))
+    left = sorted(set(ids) - set(replayed.ids))
+    if ctx.args.json:
+        document = {"replayed": sorted(replayed.ids), "left": left}
+        print(json.dumps(document, indent=2))
+        return MasterExit.ERROR if left else MasterExit.OK
+    if replayed.ids:
+        print(f"replayed {listing(sorted(replayed.ids))}: attempts reset, due now")
+    if left:
+        return _fail(
+            f"not replayed: {listing(left)}: not a dead letter, gone, or its unique key is held"
+        )
+    return MasterExit.OK
+
+
 def jobs_retry(ctx: Context) -> int:
-    job_id = ctx.args.id
+    which = filtered.chosen(ctx, "retry")
+    if which is not None:
+        return filtered.run(ctx, "retry", which)
+    if ctx.args.dry_run:
+        return _dry_run_ids(ctx, "retry")
+    documents: list[dict[str, Any]] = []
+    codes = [_retry_one(ctx, job_id, documents) for job_id in dict.fromkeys(ctx.args.ids)]
+    if ctx.args.json:
+        # One id: its document, as before; several: one document listing each.
+        shown = documents[0] if len(documents) == 1 else {"jobs": documents}
+        print(json.dumps(shown, indent=2))
+    return max(codes)
+
+
+def _retry_one(ctx: Context, job_id: int, documents: list[dict[str, Any]]) -> int:
     with session(ctx) as conn, conn.transaction():
         moved = control.retry_now(conn, job_id)
         job = control.show_job(conn, job_id) if moved is None else None
-    if ctx.args.json:
-        document = {
+    documents.append(
+        {
             "id": job_id,
             "due_now": moved is not None,
             "state": "available" if moved is not None else (job.state if job else None),
         }
-        print(json.dumps(document, indent=2))
+    )
     if moved is not None:
         if not ctx.args.json:
             print(f"job {job_id} on queue {safe(moved.queue)} is due now (attempts kept)")
@@ -300,6 +431,6 @@ def jobs_retry(ctx: Context) -> int:
     if job.state == "discarded":
         return _fail(
             f"job {job_id} is discarded: put it back with "
-            f"`pgq-supervisor -c {ctx.config.path} dlq replay --id {job_id}`"
+            f"`pgq-supervisor -c {ctx.config.path} jobs replay {job_id}`"
         )
     return _fail(f"job {job_id} is {job.state}, not waiting: nothing to retry")

@@ -22,6 +22,7 @@ from supervisor.cli.verbs import VERBS, Context, UsageError, explicit_dsn, verb
 from supervisor.queue.dsn import DatabaseError, connect, describe
 from supervisor.shared import proctitle
 from supervisor.shared.exits import MasterExit
+from supervisor.shared.words import plural
 
 if TYPE_CHECKING:
     from supervisor.config import Config
@@ -57,7 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
         for leaf in leaves(verb_parser):
             # After the verb too (`status -c FILE`); SUPPRESS keeps a value given before it.
             shared_arguments(leaf, default=argparse.SUPPRESS)
+        explain_all(verb_parser, name, help_text)
     return parser
+
+
+def explain_all(parser: argparse.ArgumentParser, words: str, help_text: str | None) -> None:
+    """A description and examples on the verb's parser and every sub-command's."""
+    from supervisor.cli.examples import explain
+
+    explain(parser, words, help_text)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                explain_all(sub, f"{words} {name}", helps.get(name))
 
 
 def shared_arguments(parser: argparse.ArgumentParser, *, default: object) -> None:
@@ -131,7 +145,17 @@ def verbs_with_json(parser: argparse.ArgumentParser) -> list[str]:
 
 def _load_verbs() -> None:
     # Verb modules register themselves with @verb when imported.
-    from supervisor.cli import batches, doctor, jobs, operator, queues, schedules, web  # noqa: F401
+    from supervisor.cli import (  # noqa: F401
+        batches,
+        doctor,
+        jobs,
+        keys,
+        operator,
+        queues,
+        schedules,
+        web,
+        workflows,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,6 +187,10 @@ def _main(argv: list[str] | None) -> int:
     except OSError as exc:
         print(f"pgq-supervisor: cannot read {args.config}: {exc.strerror}", file=sys.stderr)
         return MasterExit.CONFIG
+    problem = given_dsn_problem(args)
+    if problem:
+        print(f"pgq-supervisor: {problem}", file=sys.stderr)
+        return MasterExit.CONFIG
     from supervisor.observability.logs import setup_logging
 
     setup_logging(
@@ -183,6 +211,18 @@ def _main(argv: list[str] | None) -> int:
     except DatabaseError as exc:
         print(f"pgq-supervisor {name}: {exc}", file=sys.stderr)
         return MasterExit.ERROR
+
+
+def given_dsn_problem(args: argparse.Namespace) -> str | None:
+    """One line when the DSN given outside the config (whose own is checked with its key) is
+    one libpq cannot parse, naming where it came from; before any verb runs."""
+    from supervisor.queue.dsn import parse_problem
+
+    for source, dsn in (("--dsn", args.dsn), ("PGQ_DSN", os.environ.get("PGQ_DSN"))):
+        if dsn:
+            problem = parse_problem(dsn)
+            return f"{source}: {problem}" if problem else None
+    return None
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:
@@ -231,27 +271,38 @@ def check(ctx: Context) -> int:
     if ctx.args.json:
         print(json.dumps(summary, indent=2))
         return MasterExit.OK
-    print(
-        f"{ctx.config.path}: OK: {summary['pools']} pools, {summary['children']} children, "
-        f"{summary['handlers']} handlers, {summary['schedules']} schedules"
-    )
+    counts = [
+        plural(len(pools), "pool"),
+        plural(sum(p.processes for p in pools.values()), "child"),
+        plural(len(handlers), "handler"),
+        plural(len(ctx.config.schedules), "schedule"),
+    ]
+    print(f"{ctx.config.path}: OK: {', '.join(counts)}")
     return MasterExit.OK
 
 
 @verb(
     "migrate",
     "apply pending schema migrations (idempotent; safe from several hosts); exit 0, 1 on a "
-    "database error",
+    "database error, 2 on a migration numbered below one already applied",
     json_flag,
 )
 def migrate_verb(ctx: Context) -> int:
-    from supervisor.queue.migrations import migrate
+    from supervisor.queue.migrations import MigrationOrderError, migrate
 
     applied = None
+    # The verb prints each migration it applied; the library's own log line for each would
+    # say it a second time on the same terminal.
+    logging.getLogger("pgq.migrate").setLevel(logging.WARNING)
     # TERM/INT while the embedded server starts or the migrations run stop it cleanly, instead
     # of leaving the server we started running.
     with stoppable_startup(), database(ctx) as dsn:
-        applied = migrate(dsn, pooled=ctx.config.database.pooled)
+        try:
+            applied = migrate(dsn, pooled=ctx.config.database.pooled)
+        except MigrationOrderError as exc:
+            # A migration numbered into a gap: the tree's mistake, not the database's.
+            print(f"pgq-supervisor: {describe(dsn)}: {exc}", file=sys.stderr)
+            return MasterExit.CONFIG
     if applied is None:
         return MasterExit.ERROR  # interrupted; a migration that was running is rolled back
     if ctx.args.json:
@@ -274,7 +325,7 @@ def migrate_verb(ctx: Context) -> int:
 def run(ctx: Context) -> int:
     from supervisor.config.handlers import load_handlers, load_reconcilers
     from supervisor.master.loop import Master
-    from supervisor.queue.migrations import migrate
+    from supervisor.queue.migrations import MigrationOrderError, migrate
 
     handlers = load_handlers(ctx.config)  # before anything connects or forks
     load_reconcilers(ctx.config)  # the master's reconciler imports them again, from the cache
@@ -292,8 +343,12 @@ def run(ctx: Context) -> int:
     with stoppable_startup(), database(ctx) as dsn:
         wait_for_database(dsn, ctx.config.database.connect_timeout)
         if ctx.config.database.auto_migrate:
-            for m in migrate(dsn, pooled=ctx.config.database.pooled):
-                log.info("applied migration %04d_%s", m.version, m.name)
+            try:
+                for m in migrate(dsn, pooled=ctx.config.database.pooled):
+                    log.info("applied migration %04d_%s", m.version, m.name)
+            except MigrationOrderError as exc:
+                print(f"pgq-supervisor: {describe(dsn)}: {exc}", file=sys.stderr)
+                return MasterExit.CONFIG
         else:
             problem = schema_problem(dsn, pooled=ctx.config.database.pooled)
             if problem:
@@ -305,17 +360,27 @@ def run(ctx: Context) -> int:
                     file=sys.stderr,
                 )
                 return MasterExit.CONFIG
+        from supervisor.config.encryption import ring
+        from supervisor.queue import keyring as keys
+
+        # The keys file's ring for every process forked from here: handlers that enqueue
+        # Secrets, the reconciler's hooks (PGQ_KEYS is read by each process itself).
+        keys.install(ring(ctx.config.encryption) if ctx.config.encryption.keys_file else None)
         return Master(ctx.config, handlers, dsn, metrics=metrics).run()
 
 
 def schema_problem(dsn: str, *, pooled: bool) -> str | None:
     """What is missing from the database's pgq schema, or None when it is up to date."""
-    from supervisor.queue.migrations import applied_versions, pending
+    from supervisor.queue.migrations import applied_versions, functions_due, pending
 
     with connect(dsn, application_name="pgq-supervisor run", pooled=pooled) as conn:
         if not applied_versions(conn):
             return "has no pgq schema"
         todo = pending(conn)
+        stale = functions_due(conn)
+    if not todo and stale:
+        names = ", ".join(f"pgq.{f.name}" for f in stale)
+        return f"has out-of-date pgq functions ({names})"
     if not todo:
         return None
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in todo)

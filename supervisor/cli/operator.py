@@ -11,6 +11,7 @@ import argparse
 import difflib
 import json
 import sys
+import time
 from datetime import datetime
 from typing import Any
 
@@ -21,10 +22,12 @@ from supervisor.cli.session import (
     duration_arg,
     json_argument,
     positive_int,
+    queue_in_use,
     session,
     timestamp_arg,
 )
 from supervisor.cli.verbs import Context, UsageError, verb
+from supervisor.config.names import unserved_queue
 from supervisor.queue.dsn import describe
 from supervisor.queue.enqueue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -40,24 +43,68 @@ from supervisor.views.text import age, clock_time, safe, width
 
 def status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_seconds,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C; with --json, one document a line",
+    )
+    parser.add_argument(
+        "--count", type=positive_int, metavar="N", help="with --watch: stop after N refreshes"
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, got {text!r}") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"between 0.1 and 3600 seconds, got {text}")
+    return value
 
 
 @verb(
     "status",
     "per queue: jobs due, scheduled, running, dead, oldest wait, recent throughput; "
-    "pools and weights; live supervisors and their children; exit 0, 1 on a database error",
+    "pools and weights; live supervisors and their children; what needs attention; exit 0, 1 "
+    "on a database error",
     status_arguments,
 )
 def status(ctx: Context) -> int:
+    a = ctx.args
+    if a.count is not None and a.watch is None:
+        raise UsageError("--count goes with --watch")
+    # A terminal is cleared and redrawn; a pipe gets each refresh after the last.
+    redraw = a.watch is not None and not a.json and sys.stdout.isatty()
+    try:
+        return _show_status(ctx, redraw)
+    except KeyboardInterrupt:  # Ctrl-C ends a watch; not worth a traceback
+        return MasterExit.OK
+
+
+def _show_status(ctx: Context, redraw: bool) -> int:
     from supervisor.views import status as status_view
 
-    with session(ctx, snapshot=True) as conn, conn.transaction():
-        snapshot = status_view.gather(conn, ctx.config, describe(conn.info.dsn))
-    if ctx.args.json:
-        print(json.dumps(status_view.to_json(snapshot), indent=2, ensure_ascii=False))
-    else:
-        print("\n".join(status_view.render(snapshot)))
-    return MasterExit.OK
+    a = ctx.args
+    shown = 0
+    with session(ctx, snapshot=True) as conn:
+        while True:
+            with conn.transaction():
+                snapshot = status_view.gather(conn, ctx.config, describe(conn.info.dsn))
+            if a.json:
+                indent = None if a.watch is not None else 2
+                print(json.dumps(status_view.to_json(snapshot), indent=indent, ensure_ascii=False))
+            else:
+                text = "\n".join(status_view.render(snapshot))
+                print(("\x1b[H\x1b[2J" if redraw else "") + text)
+            shown += 1
+            if a.watch is None or (a.count is not None and shown >= a.count):
+                return MasterExit.OK
+            sys.stdout.flush()
+            time.sleep(a.watch)
 
 
 def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +151,12 @@ def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         "config handles it); without it such a kind is refused, exit 2",
     )
     parser.add_argument(
+        "--any-queue",
+        action="store_true",
+        help="enqueue on a queue that no pool in this config serves and no job waits in (a "
+        "supervisor with another config serves it); without it such a queue is refused, exit 2",
+    )
+    parser.add_argument(
         "--tenant",
         metavar="NAME",
         help="whose job it is (a customer, an endpoint): a queue is shared fairly among tenants",
@@ -133,6 +186,9 @@ def enqueue_verb(ctx: Context) -> int:
         # `dlq show`'s "attempt N of M" true.
         max_attempts = (policy.max_attempts if policy else None) or DEFAULT_MAX_ATTEMPTS
     with session(ctx) as conn, conn.transaction():
+        refusal = None if a.any_queue else unserved_queue(ctx.config, a.queue)
+        if refusal and queue_in_use(conn, a.queue):
+            refusal = None  # jobs wait in it or it is paused: another deploy's queue
         try:
             job_id = enqueue(
                 conn,
@@ -148,6 +204,12 @@ def enqueue_verb(ctx: Context) -> int:
             )
         except EnqueueError as exc:
             raise UsageError(str(exc)) from None
+        # After enqueue's own checks (a bad priority is named first); the raise rolls it back.
+        if refusal:
+            raise UsageError(
+                f"{refusal}; nothing enqueued (--any-queue enqueues it for a supervisor with "
+                "another config)"
+            )
         held = a.unique_key is not None and not _inserted_here(conn, job_id)
     for warning in _enqueue_warnings(ctx, a.kind, a.queue):
         print(f"pgq-supervisor enqueue: warning: {warning}", file=sys.stderr)

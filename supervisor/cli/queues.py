@@ -14,11 +14,12 @@ from typing import Any
 
 import psycopg
 
-from supervisor.cli.session import cli_query, json_argument, session
+from supervisor.cli.session import json_argument, queue_in_use, session
 from supervisor.cli.verbs import Context, UsageError, verb
-from supervisor.queue import control
+from supervisor.config.names import unserved_queue
+from supervisor.queue import control, maintenance
 from supervisor.shared.exits import MasterExit
-from supervisor.views.text import clock_time, iso, safe
+from supervisor.views.text import clock_time, iso, safe, table
 
 
 def queues_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,11 +37,21 @@ def queues_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     json_argument(p)
     json_argument(sub.add_parser("paused", help="list the paused queues"))
+    json_argument(
+        sub.add_parser(
+            "list",
+            help="every queue: the pools that serve it (weight), its jobs, whether it is paused",
+            description="Every queue a pool of the config serves, that holds jobs or that is "
+            "paused: the pools that claim from it with their weights, and its jobs due, "
+            "scheduled, running and dead.",
+        )
+    )
 
 
 @verb(
     "queues",
-    "pause or resume queues on every host; exit 0, 2 on an unknown queue, 1 on a database error",
+    "list the queues, pause or resume them on every host; exit 0, 2 on an unknown queue, 1 on "
+    "a database error",
     queues_arguments,
 )
 def queues_verb(ctx: Context) -> int:
@@ -48,6 +59,8 @@ def queues_verb(ctx: Context) -> int:
     with session(ctx) as conn, conn.transaction():
         if command == "paused":
             return _paused(ctx, control.paused_queues(conn))
+        if command == "list":
+            return _listed(ctx, maintenance.queue_stats(conn))
         if command == "pause" and not ctx.args.any_queue:
             _refuse_unknown(ctx, conn)
         act = control.pause_queue if command == "pause" else control.resume_queue
@@ -72,6 +85,42 @@ def queues_verb(ctx: Context) -> int:
     return MasterExit.OK
 
 
+def _listed(ctx: Context, stats: list[maintenance.QueueStats]) -> int:
+    found = {s.queue: s for s in stats}
+    served: dict[str, list[tuple[str, int]]] = {}
+    for pool in ctx.config.pools.values():
+        for queue, weight in pool.queues.items():
+            served.setdefault(queue, []).append((pool.name, weight))
+    names = sorted(set(found) | set(served))
+    counts = ("available", "scheduled", "running", "discarded")
+    if ctx.args.json:
+        document = {
+            "queues": [
+                {
+                    "queue": name,
+                    "pools": [{"pool": p, "weight": w} for p, w in served.get(name, [])],
+                    "paused": bool(found[name].paused) if name in found else False,
+                    **{c: getattr(found[name], c) if name in found else 0 for c in counts},
+                }
+                for name in names
+            ]
+        }
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return MasterExit.OK
+    if not names:
+        print(f"no queue: no pool in {ctx.config.path} serves one and no job waits")
+        return MasterExit.OK
+    rows = []
+    for name in names:
+        s = found.get(name)
+        pools = ", ".join(f"{p} ({w})" for p, w in served.get(name, [])) or "none"
+        figures = [getattr(s, c) if s else 0 for c in counts]
+        rows.append([safe(name), pools, *figures, "paused" if s and s.paused else ""])
+    headers = ["QUEUE", "POOLS (WEIGHT)", "DUE", "SCHEDULED", "RUNNING", "DEAD", ""]
+    print("\n".join(table(headers, rows, right=(2, 3, 4, 5))))
+    return MasterExit.OK
+
+
 def _paused(ctx: Context, pauses: list[control.Pause]) -> int:
     if ctx.args.json:
         document = {
@@ -90,17 +139,10 @@ def _paused(ctx: Context, pauses: list[control.Pause]) -> int:
 
 
 def _refuse_unknown(ctx: Context, conn: psycopg.Connection[Any]) -> None:
-    served = {q for pool in ctx.config.pools.values() for q in pool.queues}
-    unknown = [q for q in ctx.args.queues if q not in served and not _in_use(conn, q)]
-    if unknown:
-        names = ", ".join(repr(safe(q)) for q in unknown)
-        raise UsageError(
-            f"no queue {names}: no pool in {ctx.config.path} serves it, no job waits in it and "
-            f"it is not paused (queues served: {', '.join(sorted(served))}); nothing paused. "
-            "Pause it ahead of its first job with --any-queue"
-        )
-
-
-def _in_use(conn: psycopg.Connection[Any], queue: str) -> bool:
-    row = conn.execute(cli_query("cli_queue_in_use"), {"queue": queue}).fetchone()
-    return bool(row and row[0])
+    for queue in ctx.args.queues:
+        refusal = unserved_queue(ctx.config, safe(queue))
+        if refusal and not queue_in_use(conn, queue):
+            raise UsageError(
+                f"{refusal}, no job waits in it and it is not paused; nothing paused. "
+                "Pause it ahead of its first job with --any-queue"
+            )

@@ -102,3 +102,10 @@ def listing_arguments(parser: argparse.ArgumentParser) -> None:
 
 def json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+
+
+def queue_in_use(conn: psycopg.Connection[Any], queue: str) -> bool:
+    """Whether a job waits in ``queue`` or it is paused: a name in use, even if no pool of this
+    config serves it (another deploy's queue), not a typo."""
+    row = conn.execute(query("queue_in_use"), {"queue": queue}).fetchone()
+    return bool(row and row[0])

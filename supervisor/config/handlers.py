@@ -37,6 +37,48 @@ class Handler:
             return self.func(**args, job=context)
         return self.func(**args)
 
+    def mismatch(self, args: Any) -> str | None:
+        """Why these arguments cannot be passed to the handler, or None; see argument_mismatch."""
+        return argument_mismatch(self.func, args, wants_context=self.wants_context)
+
+
+def argument_mismatch(func: Callable[..., Any], args: Any, *, wants_context: bool) -> str | None:
+    """Why ``func(**args)`` would fail to bind (a missing parameter, an unexpected key), or None.
+
+    Bound before the call, not read from a TypeError after it: a TypeError raised inside the
+    handler is an ordinary failure (retried), while arguments that do not fit the signature
+    would fail every attempt the same way, so the job is discarded at once.
+    """
+    if not isinstance(args, Mapping):
+        return f"its arguments must be a mapping of parameters, not a JSON {type(args).__name__}"
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None  # no signature to check against (a builtin): the call will tell
+    named = {**args, _CONTEXT_PARAMETER: None} if wants_context else dict(args)
+    try:
+        signature.bind(**named)
+    except TypeError as exc:
+        parameters = signature.parameters
+        by_keyword = {
+            name
+            for name, p in parameters.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        unexpected = [] if takes_any else [k for k in named if k not in by_keyword]
+        missing = [
+            name
+            for name, p in parameters.items()
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            and name not in named
+        ]
+        said = [f"unexpected argument {k!r}" for k in unexpected]
+        said += [f"missing argument {k!r}" for k in missing]
+        return f"{'; '.join(said) or exc} (the handler takes {signature})"
+    return None
+
 
 def wants_context(func: Callable[..., Any]) -> bool:
     try:
@@ -110,6 +152,8 @@ def _resolve(target: str, modules: dict[str, Any]) -> Callable[..., Any]:
         hint = install_hint(module.name) if isinstance(module, ModuleNotFoundError) else ""
         if hint:
             detail += f" (an optional extra: {hint})"
+        elif isinstance(module, ModuleNotFoundError) and _own_module(module, module_name):
+            detail += f" ({_where_looked()})"
         raise _ImportProblem(f"cannot import module {module_name!r}: {detail}")
     found: Any = module
     owner = f"module {module_name!r}"
@@ -125,6 +169,24 @@ def _resolve(target: str, modules: dict[str, Any]) -> Callable[..., Any]:
         # Calling it would only create a coroutine; the job would "complete" without running.
         raise _ImportProblem(f"{target!r} is an async function; handlers must be plain functions")
     return found
+
+
+def _own_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether the module not found is the handler's own (or a package above it), not
+    something the handler's module imports."""
+    return exc.name is not None and (module_name + ".").startswith(exc.name + ".")
+
+
+def _where_looked() -> str:
+    """Handlers are imported relative to the working directory: say which one it was, since a
+    service manager or another shell often starts us somewhere else."""
+    cwd = os.getcwd()
+    extra = os.environ.get("PYTHONPATH")
+    also = f" and PYTHONPATH={extra}" if extra else ""
+    return (
+        f"looked in the working directory {cwd}{also}: start pgq-supervisor from the project "
+        "root (WorkingDirectory= in a systemd unit) or add it to PYTHONPATH"
+    )
 
 
 def ensure_cwd_importable() -> None:

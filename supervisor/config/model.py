@@ -75,16 +75,37 @@ class DatabaseConfig:
 
 
 @dataclass(frozen=True)
+class ScalingConfig:
+    """An elastic pool (YAML `processes: {min, max, ...}`; docs/elastic-pools.md): the master
+    sizes it between min and max from its backlog and measured service time."""
+
+    min: int = 1
+    max: int = 1
+    target_wait: float = 5.0  # the wait a due job may see before the pool grows
+    quiet: float = 60.0  # the need stays below the size this long before it shrinks
+    weight: int = 1  # the pool's share of the host budgets when they bind
+
+
+@dataclass(frozen=True)
+class HostBudget:
+    """What all elastic pools of a supervisor may use together (YAML `host: {cpu, memory}`)."""
+
+    cpu: float | None = None  # share of the machine's cores (0.9: 90% of all of them)
+    memory: int | None = None  # bytes: the children's USS (subprocesses included) and the master's
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     name: str
     queues: dict[str, int]  # queue -> weight, in file order
-    processes: int = 1
+    processes: int = 1  # an elastic pool starts with scaling.min children
     threads: int = 1
     batch: int = 1
     memory_limit: int | None = None  # bytes; the child checks it between jobs
     memory_hard_limit: int | None = None  # bytes; the master kills a child above it
     max_jobs: int | None = None  # recycle a child after this many jobs
     poll_interval: float = 1.0  # seconds between polls of an idle child
+    scaling: ScalingConfig | None = None  # None: a fixed number of children
 
     def __post_init__(self) -> None:
         # A soft limit alone still gets a hard one, so a child stuck inside one job (where the
@@ -104,6 +125,9 @@ class JobPolicy:
     # attempt that ends without a recorded outcome leaves the job 'unknown' instead of retrying.
     effects: str = "internal"
     reconcile: str | None = None  # "module:function" asked what happened to an unknown job
+    # Top-level argument names that must arrive encrypted (an envelope); a job of this kind
+    # holding one in clear is discarded unrun (supervisor/crypto).
+    encrypt: tuple[str, ...] = ()
 
     @property
     def external(self) -> bool:
@@ -120,6 +144,21 @@ class ReconcileConfig:
     interval: float = 10.0  # how often due unknown jobs are looked for
     timeout: float = 30.0  # the longest a round of hooks may run before it is killed
     batch: int = 20  # unknown jobs per round
+
+
+@dataclass(frozen=True)
+class AgingConfig:
+    """Seconds a waiting job takes to rise one priority level (0: no aging), per queue."""
+
+    every: float = 0.0
+    queues: Mapping[str, float] = field(default_factory=dict)
+
+    def period(self, queue: str) -> float:
+        return self.queues.get(queue, self.every)
+
+    def of(self, queues: Iterable[str]) -> dict[str, float]:
+        """The queues of ``queues`` that age, with their periods (the claim's ``aging``)."""
+        return {q: seconds for q in queues if (seconds := self.period(q)) > 0}
 
 
 @dataclass(frozen=True)
@@ -188,6 +227,13 @@ class WebConfig:
 
 
 @dataclass(frozen=True)
+class EncryptionConfig:
+    """Where the keys of encrypted arguments come from: a file, else PGQ_KEYS."""
+
+    keys_file: str | None = None  # absolute (made so relative to the YAML's folder)
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = "text"  # or "json"
     level: str = "info"  # debug, info, warning, error
@@ -252,16 +298,22 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
     schedules: dict[str, ScheduleConfig] = field(default_factory=dict)
     results: ResultsConfig = field(default_factory=ResultsConfig)
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     # queue -> tenant -> weight (YAML `tenants: {QUEUE: {weights: {TENANT: N}}}`); a tenant
     # not listed has weight 1.
     tenants: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Queues whose tenants share them by the CPU seconds their jobs use, not by job count
+    # (`tenants: {QUEUE: {fairness: cost}}`, docs/job-cost.md).
+    fair_by_cost: frozenset[str] = frozenset()
     limits: dict[str, QueueLimits] = field(default_factory=dict)
+    aging: AgingConfig = field(default_factory=AgingConfig)
     # This supervisor's host name in worker ids and the registry (YAML `host`; PGQ_HOST wins);
     # None: the machine's host name.
     host: str | None = None
+    budget: HostBudget = field(default_factory=HostBudget)
     # Key path -> line in the file, so later checks (handler imports) can point at the line.
     lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
 
@@ -270,9 +322,21 @@ class Config:
         policy = self.jobs.get(kind)
         return policy if policy is not None else JobPolicy(kind)
 
+    def attempt_limit(self, kind: str, row_limit: int) -> int:
+        """The attempts a job really gets: its kind's jobs.KIND.max_attempts when set (the
+        supervisor retries by it), else the row's own. Every list, page and --json shows this
+        one figure, so "3/10" never stands beside "attempt 3 of 3: no attempts left"."""
+        policy = self.jobs.get(kind)
+        configured = policy.max_attempts if policy is not None else None
+        return configured if configured is not None else row_limit
+
     def external_kinds(self) -> list[str]:
         """Kinds declared ``effects: external`` (the requeue and the rescuer need them)."""
         return sorted(kind for kind, policy in self.jobs.items() if policy.external)
+
+    def encrypted_fields(self) -> dict[str, tuple[str, ...]]:
+        """Kinds with ``encrypt:`` fields, and those fields."""
+        return {kind: p.encrypt for kind, p in self.jobs.items() if p.encrypt}
 
     def max_attempts_overrides(self) -> dict[str, int]:
         """Kinds whose policy sets max_attempts (the rescuer applies them to rescued jobs)."""

@@ -40,7 +40,8 @@ HELP = {
     "database.listen_dsn": "with a pooler: a direct connection used only for LISTEN",
     "handlers.<kind>": 'job kind -> "module:function"; the only way a kind maps to code',
     "pools.<pool>.queues.<queue>": "the queue's weight in the pool (its share of the claims)",
-    "pools.<pool>.processes": "children forked for the pool",
+    "pools.<pool>.processes": "children forked for the pool; {min, max} makes it elastic "
+    "(target_wait, quiet, weight: docs/elastic-pools.md)",
     "pools.<pool>.threads": "handler threads inside each child (I/O-bound handlers)",
     "pools.<pool>.batch": "jobs claimed per round trip",
     "pools.<pool>.memory_limit": "soft: checked between jobs; over it the child exits and is "
@@ -56,6 +57,10 @@ HELP = {
     "jobs.<kind>.effects": "external: an attempt that ends without an outcome waits in unknown "
     "(docs/outcomes.md) instead of running again",
     "jobs.<kind>.reconcile": 'the hook ("module:function") that decides an unknown job\'s outcome',
+    "jobs.<kind>.encrypt": "argument names that must arrive encrypted (Secret); a job holding "
+    "one in clear is discarded unrun",
+    "encryption.keys_file": "the keys of encrypted arguments, ID:KEY a line, the first seals "
+    "(default: PGQ_KEYS)",
     "results.max_size": "the largest handler result kept with a job",
     "reconcile.interval": "how often unknown jobs are handed to their reconcile hooks",
     "reconcile.timeout": "how long one reconcile hook may take",
@@ -99,6 +104,8 @@ HELP = {
     "web.trusted_proxies": "addresses whose X-Forwarded-* headers the dashboard believes",
     "web.read_only": "the dashboard shows and never acts (no button, every action refused)",
     "web.redact": "argument keys whose values no dashboard page shows",
+    "aging.every": "a due job rises one priority level per this long waited past its run_at "
+    "(0s: off), never past its tenant's highest waiting priority",
     "host": "this supervisor's name in worker ids and status (PGQ_HOST wins; default: the "
     "machine's host name)",
 }

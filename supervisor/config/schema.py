@@ -13,6 +13,9 @@ from datetime import time
 
 from yaml.nodes import Node
 
+from supervisor.config.aging import aging
+from supervisor.config.elastic import budget, host_section, processes
+from supervisor.config.encryption import encryption
 from supervisor.config.fields import (
     MAX_NAME,
     Section,
@@ -50,7 +53,8 @@ from supervisor.config.model import (
 from supervisor.config.reader import Bad, Reader
 from supervisor.config.schedules import schedules
 from supervisor.config.units import format_duration, format_size
-from supervisor.config.web import web
+from supervisor.config.web import names, web
+from supervisor.queue.dsn import parse_problem
 
 MiB = 2**20
 TiB = 2**40
@@ -82,6 +86,8 @@ TOP_KEYS = (
     "host",
     "results",
     "reconcile",
+    "aging",
+    "encryption",
 )
 POOL_KEYS = (
     "queues",
@@ -100,6 +106,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
     top.only(*TOP_KEYS)
     handlers, kinds = _handlers(top)
     pools = _pools(top)
+    tenants, fair_by_cost = _tenants(top)
     return Config(
         path=source,
         database=_database(top.section("database", "dsn, embedded, embedded_dir, auto_migrate...")),
@@ -116,12 +123,16 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         metrics=_metrics(top.section("metrics", "port, host")),
         log=_log(top.section("log", "format, level")),
         web=web(top.section("web", "allowed_hosts, trusted_proxies, read_only, redact")),
+        encryption=encryption(top, source, reader.env),
         schedules=schedules(top, kinds),
         results=_results(top.section("results", "max_size")),
         reconcile=_reconcile(top.section("reconcile", "interval, timeout, batch")),
-        tenants=_tenants(top),
+        tenants=tenants,
+        fair_by_cost=fair_by_cost,
         limits=limits(top, pools),
+        aging=aging(top, pools),
         host=_host(reader, top),
+        budget=budget(top),
         lines=dict(reader.lines),
     )
 
@@ -203,10 +214,36 @@ def _host_name(reader: Reader, node: Node) -> str:
 HOST_RULE = "must be 1-64 letters, digits, '.', '_' or '-'"
 
 
+@described(
+    {
+        "oneOf": [
+            {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+                    "cpu": {"type": ["number", "string"]},
+                    "memory": {"type": ["integer", "string"]},
+                },
+            },
+        ],
+        "description": "a name, or {name, cpu, memory}: the name and the budgets of the "
+        "elastic pools (docs/elastic-pools.md)",
+    }
+)
+def _host_entry(reader: Reader, node: Node) -> str:
+    return _host_name(reader, node)
+
+
 def _host(reader: Reader, top: Section) -> str | None:
     """The host identity: PGQ_HOST, else the YAML's `host`, else None (the machine's name).
     The environment wins so one file can serve several supervisors on one machine."""
-    configured = top.get("host", _host_name, None)
+    section = host_section(top)
+    if section is not None:
+        configured = section.get("name", _host_name, None)
+    else:
+        configured = top.get("host", _host_entry, None)
     override = reader.env.get("PGQ_HOST")
     if override is None:
         return configured
@@ -225,6 +262,10 @@ def _dsn(reader: Reader, node: Node) -> str:
         raise Bad("is empty (an unset variable?); give a connection string or remove the key")
     if not isinstance(value, str):
         raise Bad("must be a connection string like postgresql://user@host/dbname")
+    problem = parse_problem(value)
+    if problem:
+        # Here, not at the first connect: every verb (and `check`) stops on it with the key.
+        raise Bad(problem)
     return value
 
 
@@ -243,6 +284,7 @@ def _pools(top: Section) -> dict[str, PoolConfig]:
 
 def _pool(name: str, s: Section) -> PoolConfig:
     s.only(*POOL_KEYS)
+    count, scaling = processes(s)
     memory_limit = s.get("memory_limit", optional(size(*MEMORY)), None)
     hard_limit = s.get("memory_hard_limit", optional(size(*MEMORY)), None)
     if memory_limit is not None and hard_limit is not None and hard_limit < memory_limit:
@@ -254,13 +296,14 @@ def _pool(name: str, s: Section) -> PoolConfig:
     return PoolConfig(
         name=name,
         queues=_queues(s.section("queues", "queue: weight, like {pdf: 3}", required=True)),
-        processes=s.get("processes", integer(1, 256), 1),
+        processes=count,
         threads=s.get("threads", integer(1, 256), 1),
         batch=s.get("batch", integer(1, 1000), 1),
         memory_limit=memory_limit,
         memory_hard_limit=hard_limit,
         max_jobs=s.get("max_jobs", optional(integer(1, 10**9)), None),
         poll_interval=s.get("poll_interval", duration(MAX_DURATION), 1.0),
+        scaling=scaling,
     )
 
 
@@ -273,13 +316,17 @@ def _queues(s: Section) -> dict[str, int]:
     return queues
 
 
-def _tenants(top: Section) -> dict[str, dict[str, int]]:
-    """Per queue, the tenants whose share of its claims is not 1 (the default weight)."""
-    section = top.section("tenants", "per queue: {weights: {tenant: weight}}")
+def _tenants(top: Section) -> tuple[dict[str, dict[str, int]], frozenset[str]]:
+    """Per queue, the tenants whose share of its claims is not 1 (the default weight), and the
+    queues whose tenants share them by cost (`fairness: cost`, docs/job-cost.md)."""
+    section = top.section("tenants", "per queue: {weights: {tenant: weight}, fairness}")
     tenants = {}
+    by_cost = set()
     for queue, _, node in _named_entries(section, "queue name"):
-        body = Section.of(section.reader, node, section.key_path(queue), "weights")
-        body.only("weights")
+        body = Section.of(section.reader, node, section.key_path(queue), "weights, fairness")
+        body.only("weights", "fairness")
+        if body.get("fairness", choice("count", "cost"), "count") == "cost":
+            by_cost.add(queue)
         listed = body.section("weights", "tenant: weight, like {acme: 3}")
         weights = {}
         for tenant, _, weight_node in _named_entries(listed, "tenant"):
@@ -289,7 +336,7 @@ def _tenants(top: Section) -> dict[str, dict[str, int]]:
             if weight is not None:
                 weights[tenant] = weight
         tenants[queue] = weights
-    return tenants
+    return tenants, frozenset(by_cost)
 
 
 def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
@@ -305,7 +352,7 @@ def _jobs(top: Section, kinds: list[str]) -> dict[str, JobPolicy]:
 
 
 def _policy(kind: str, s: Section) -> JobPolicy:
-    s.only("timeout", "max_attempts", "backoff", "effects", "reconcile")
+    s.only("timeout", "max_attempts", "backoff", "effects", "reconcile", "encrypt")
     effects = s.get("effects", choice("internal", "external"), "internal")
     reconcile = s.get("reconcile", optional(_handler_target), None)
     if reconcile is not None and effects != "external":
@@ -331,7 +378,14 @@ def _policy(kind: str, s: Section) -> JobPolicy:
         backoff_cap=cap,
         effects=effects,
         reconcile=reconcile,
+        encrypt=s.get("encrypt", names(_field_name), ()),
     )
+
+
+def _field_name(value: str) -> str:
+    if not value.strip():
+        raise Bad("must be an argument name (a top-level key of the job's args)")
+    return value
 
 
 def _results(s: Section) -> ResultsConfig:

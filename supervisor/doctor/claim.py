@@ -1,8 +1,9 @@
 """The claim: its plan and buffers for each queue with work, and its latency as children see it.
 
-The statement explained is the children's own: the named ``claim`` query of sql/claim.sql
-with the parameters ``supervisor.queue.jobs.claim_params`` builds, so whatever the claim becomes,
-the doctor explains that. EXPLAIN ANALYZE runs it for real inside a transaction that is rolled
+The statement explained is the children's own: the claim variant a child sends for that batch
+(``supervisor.queue.claim_builder.variant``: with limits when the database holds one) with the
+parameters ``supervisor.queue.jobs.claim_params`` builds, so whatever the claim becomes, the
+doctor explains that. EXPLAIN ANALYZE runs it for real inside a transaction that is rolled
 back (see sql/doctor.sql, explain_options): the rows it locks are free again at once.
 """
 
@@ -19,6 +20,7 @@ from supervisor.config import Config
 from supervisor.doctor.check import Check, ok
 from supervisor.doctor.runner import Family, Probe
 from supervisor.doctor.sql import doctor_query
+from supervisor.queue import claim_builder
 from supervisor.queue.jobs import claim_params
 from supervisor.queue.queries import query
 
@@ -61,8 +63,10 @@ def explain(probe: Probe, queue: str, pages: int) -> Check:
     name = f"claim.plan[{queue}]"
     limit = batch_for(probe.config, queue)
     params = claim_params(queue, worker="pgq-doctor:explain", limit=limit)
+    limits = bool(probe.conn.execute(doctor_query("any_limit")).fetchone()[0])  # type: ignore[index]
+    variant = claim_builder.variant(limits=limits, batch=limit)
     statement = sql.SQL(" ").join(
-        [sql.SQL(doctor_query("explain_options")), sql.SQL(query("claim"))]
+        [sql.SQL(doctor_query("explain_options")), sql.SQL(query(variant))]
     )
     with probe.conn.transaction(force_rollback=True):
         row = probe.conn.execute(statement, params).fetchone()

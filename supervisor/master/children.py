@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 # A child that dies within this many seconds of its spawn without claiming anything failed to
 # boot, like one that never got ready.
 BOOT_WINDOW = 3.0
+# Room on a child's board for the claims it holds, in batches-plus-threads: a batch in hand and
+# the last one's outcomes waiting to be written fit twice over.
+HELD_ROOM_PER_SLOT = 4
 BACKOFF_FIRST = 0.1
 BACKOFF_CAP = 30.0
 # Signals the master handles; blocked across fork so none reaches a child before it installs
@@ -125,6 +128,9 @@ class Slot:
     crashes: int = 0
     next_spawn: float = 0.0
     last_failure: str = ""
+    # An elastic pool's slot it shrank away: never refilled, its child (if any) draining, and
+    # the first slot taken again when the pool grows.
+    retired: bool = False
 
     def child_exited(self, child: Child, reason: ExitReason) -> float:
         """Update the slot's record; returns the delay before refilling it."""
@@ -163,7 +169,12 @@ def spawn(
     inherited_fds: Callable[[], list[int]],
 ) -> Child:
     # Outcomes waiting to be written: at most a batch and what the threads hold besides.
-    board = Board(pool.threads, unrecorded=pool.batch + pool.threads)
+    board = Board(
+        pool.threads,
+        unrecorded=pool.batch + pool.threads,
+        queues=len(pool.queues),
+        held=HELD_ROOM_PER_SLOT * (pool.batch + pool.threads),
+    )
     wake_r, wake_w = os.pipe()
     report_r, report_w = os.pipe()
     for fd in (wake_r, wake_w, report_r, report_w):

@@ -27,6 +27,7 @@ from supervisor.master.children import Child, host_identity
 from supervisor.master.listener import Listener
 from supervisor.master.pools import PoolRuntime
 from supervisor.master.reaping import Reaping
+from supervisor.master.scaling_feed import ScalingFeed
 from supervisor.master.slots import Slots
 from supervisor.master.stopping import Stopping
 from supervisor.master.wakeups import WakeupFlags
@@ -124,6 +125,7 @@ class Master(Slots, Reaping, Stopping):
         self.stager = Stager(self)
         self.wakeups = WakeupFlags(self)
         self.limit_sync = LimitSync(self)
+        self.scaling = ScalingFeed(self, self.selector)
         self.services: list[Service] = []
         self.metrics_services: list[Service] = []
         self.title = ""
@@ -237,13 +239,15 @@ class Master(Slots, Reaping, Stopping):
             MemoryWatch(self, 2.0),
             TimeoutWatch(self, 0.25),
             CancelWatch(self, CANCEL_CHECK_EVERY),
-            Heartbeat(self, 5.0),
+            Heartbeat(self, 5.0, scaling=self.scaling.published),
             self.requeuer,
             self.stager,
             Scheduler(self),
             self.reconciler,
             self.limit_sync,
+            self.scaling,
         ]
+        self.scaling.configure()
         # Imported and checked already (startup, or the reload that brought this config).
         self.reconciler.hooks = load_reconcilers(config)
         self.reconciler.interval = config.reconcile.interval
@@ -277,20 +281,31 @@ class Master(Slots, Reaping, Stopping):
 
     def metrics_view(self) -> MasterView:
         """What a scrape may know of this master, built afresh for each one."""
-        pools = {
-            name: PoolView(
-                processes=len(runtime.slots),
-                ready=sum(1 for s in runtime.slots if s.child is not None and s.child.ready()),
-                queues=tuple(runtime.config.queues),
-            )
-            for name, runtime in self.pools.items()
-        }
+        pools = {name: self.pool_view(runtime) for name, runtime in self.pools.items()}
         children = tuple(ChildView(c.pool, c.board, c.ready()) for c in self.children.values())
         return MasterView(pools, children, self.counters, self.db.reachable, self.stopping)
 
+    def pool_view(self, runtime: PoolRuntime) -> PoolView:
+        size = sum(1 for s in runtime.slots if not s.retired)
+        state = self.scaling.states.get(runtime.config.name)
+        return PoolView(
+            processes=size,
+            ready=sum(1 for s in runtime.slots if s.child is not None and s.child.ready()),
+            queues=tuple(runtime.config.queues),
+            desired=state.desired if state is not None else size,
+            need=state.need if state is not None else 0.0,
+            backlog_seconds=state.backlog_seconds if state is not None else 0.0,
+            reason=state.reason if state is not None else "",
+            minimum=state.min if state is not None and state.elastic else 0,
+        )
+
     def side_sessions(self) -> list[Readable]:
         """The master's connections that carry statements it does not wait for."""
-        return [self.vacuum, *(s for s in self.metrics_services if isinstance(s, Readable))]
+        return [
+            self.vacuum,
+            self.scaling,
+            *(s for s in self.metrics_services if isinstance(s, Readable)),
+        ]
 
     def inherited_fds(self) -> list[int]:
         """Descriptors a new child must close at once: nothing of the master's may be used
@@ -356,7 +371,9 @@ class Master(Slots, Reaping, Stopping):
         return self.selector.select(timeout)
 
     def connecting_sessions(self) -> list[MasterDatabase]:
-        return [self.db, *([self.listener.session] if self.listener is not None else [])]
+        listener = [self.listener.session] if self.listener is not None else []
+        vacuum = [self.vacuum.session] if self.vacuum.connecting else []
+        return [self.db, *listener, *vacuum]
 
     # -- what woke the loop ------------------------------------------------------------------
 
@@ -379,6 +396,8 @@ class Master(Slots, Reaping, Stopping):
                 self.metrics.handle(key)
         if self.db.connect_under_way:  # every turn, not only when a service is due
             self.db.connection()
+        if self.vacuum.connecting:  # likewise: a vacuum waits for its session
+            self.vacuum.advance()
         if self.listener is not None:
             fd = self.listener.fd
             self.listener.refresh()

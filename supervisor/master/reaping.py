@@ -104,7 +104,7 @@ class Reaping:
         if self.metrics is not None:
             self.metrics.absorb(child.pool, child.board)
         slot = self.slot_of(child)
-        if slot is not None and self.stopping:
+        if slot is not None and (self.stopping or slot.retired):
             slot.child = None  # its board is closed below; nothing may read it through the slot
         elif slot is not None:
             self.counters.restart(child.pool, reason.metric_label)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import selectors
+import signal
 import time
 from typing import TYPE_CHECKING
 
 from supervisor.master.children import Child, Slot, spawn
 from supervisor.master.pools import PoolRuntime
+from supervisor.shared.board import State
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
@@ -57,7 +59,7 @@ class Slots:
         now = time.monotonic()
         for runtime in self.pools.values():
             for slot in runtime.slots:
-                if slot.child is None and now >= slot.next_spawn:
+                if slot.child is None and not slot.retired and now >= slot.next_spawn:
                     self.spawn_into(runtime, slot)
                     return
 
@@ -86,6 +88,56 @@ class Slots:
         log.info(
             "spawned %s#%s (pid %s)", slot.pool, slot.index, child.pid, extra={"pool": slot.pool}
         )
+
+    def pool_size(self, pool: str) -> int:
+        """The children an elastic pool is committed to: its slots not retired."""
+        runtime = self.pools.get(pool)
+        return sum(1 for s in runtime.slots if not s.retired) if runtime is not None else 0
+
+    def resize_pool(self, pool: str, desired: int, reason: str) -> None:
+        """Grow by opening slots (a retired one whose child has left first), shrink by
+        retiring slots: an empty one first, then an idle child's, then a claiming one's; a
+        child running a job is never chosen, so a shrink waits for the next decision rather
+        than stopping work. A retired child drains (TERM: it finishes the job in hand and gives
+        back what it has not started) with no deadline: a shrink never kills a job."""
+        runtime = self.pools.get(pool)
+        if runtime is None or self.stopping:
+            return
+        active = [s for s in runtime.slots if not s.retired]
+        before = len(active)
+        if desired > before:
+            for _ in range(desired - before):
+                reusable = [s for s in runtime.slots if s.retired and s.child is None]
+                if reusable:
+                    reusable[0].retired = False
+                    reusable[0].next_spawn = 0.0
+                else:
+                    runtime.slots.append(Slot(pool, len(runtime.slots) + 1))
+        elif desired < before:
+            order = {State.IDLE: 1, State.CLAIMING: 2, State.BOOTING: 3, State.CONNECTING: 3}
+            candidates = sorted(
+                (s for s in active if s.child is None or s.child.board.state in order),
+                key=lambda s: (
+                    0 if s.child is None else order[s.child.board.state],
+                    -s.index,
+                ),
+            )
+            for slot in candidates[: before - desired]:
+                slot.retired = True
+                if slot.child is not None:
+                    slot.child.draining = True
+                    slot.child.signal(signal.SIGTERM)
+        after = self.pool_size(pool)
+        if after != before:
+            log.info(
+                "pool %s: %s from %d to %d children: %s",
+                pool,
+                "growing" if after > before else "shrinking",
+                before,
+                after,
+                reason,
+                extra={"pool": pool},
+            )
 
     def slot_of(self, child: Child) -> Slot | None:
         runtime = self.pools.get(child.pool)

@@ -11,10 +11,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from supervisor.master.children import Child
+from supervisor.master.reload_diff import pool_changes, weights_only
 from supervisor.services import registry
 
 if TYPE_CHECKING:
-    from supervisor.config import Config
+    from supervisor.config import Config, PoolConfig
     from supervisor.config.handlers import Handler
     from supervisor.master.listener import Listener
     from supervisor.master.pools import PoolRuntime
@@ -52,6 +53,7 @@ class Stopping:
             new = load_config(self.config.path)
             handlers = load_handlers(new)
             load_reconcilers(new)
+            keys_changed = reload_keys(new)
         except ConfigError as exc:
             log.error("reload rejected, keeping the running configuration: %s", exc)
             return
@@ -60,14 +62,21 @@ class Stopping:
             new = replace(new, database=self.config.database)
         if new.metrics != self.config.metrics:
             log.warning("reload: metrics settings changed; they apply at the next restart")
-        shared_changed = (
-            {k: h.target for k, h in handlers.items()}
-            != {k: h.target for k, h in self.handlers.items()}
-            or new.jobs != self.config.jobs
-            or new.lease != self.config.lease
-            or new.history != self.config.history
-            or new.tenants != self.config.tenants  # children read the tenant weights at fork
-        )
+        # What every child reads at fork: a change to any restarts every pool.
+        shared = {
+            "handlers": {k: h.target for k, h in handlers.items()}
+            != {k: h.target for k, h in self.handlers.items()},
+            "jobs": new.jobs != self.config.jobs,
+            "lease": new.lease != self.config.lease,
+            "history": new.history != self.config.history,
+            "tenants": new.tenants != self.config.tenants,
+            "encryption keys": keys_changed,  # children open and seal with their fork's keys
+            "fairness": new.fair_by_cost != self.config.fair_by_cost,
+        }
+        shared_changed = any(shared.values())
+        if shared_changed:
+            changed = ", ".join(name for name, did in shared.items() if did)
+            log.info("reload: %s changed: every pool's children restart", changed)
         old_pools = self.pools
         self.config, self.handlers, self.kinds = new, handlers, sorted(handlers)
         self.pools = {}
@@ -76,10 +85,17 @@ class Stopping:
             if runtime is not None and runtime.config == pool and not shared_changed:
                 self.pools[name] = runtime
                 continue
+            if runtime is not None and not shared_changed and weights_only(runtime.config, pool):
+                self.reweigh(runtime, pool)
+                self.pools[name] = runtime
+                continue
             self.pools[name] = self.new_pool_runtime(pool)
             if runtime is not None:
                 old_pools[name] = runtime
-            log.info("reload: pool %s %s", name, "changed" if runtime else "added")
+                said = "; ".join(pool_changes(runtime.config, pool)) or "its children's settings"
+                log.info("reload: pool %s changed (%s): its children restart", name, said)
+            else:
+                log.info("reload: pool %s added", name)
         # Retired children drain under the same deadline as a stop: one waiting out a
         # database outage, or running a job that never ends, must not outlive the reload.
         grace = self.config.shutdown_timeout
@@ -93,6 +109,23 @@ class Stopping:
                 log.info("reload: pool %s removed", name)
         self.build_services()
         self.wakeups.configure()
+
+    def reweigh(self, runtime: PoolRuntime, pool: PoolConfig) -> None:
+        """A weight-only change: the running children take the new weights from their boards
+        at their next claim, and children forked later from the pool's new config; none is
+        drained or respawned."""
+        said = "; ".join(pool_changes(runtime.config, pool))
+        runtime.config = pool
+        live = [s.child for s in runtime.slots if s.child is not None and not s.child.draining]
+        for child in live:
+            child.board.set_weights(list(pool.queues.values()))
+        log.info(
+            "reload: pool %s changed (%s): %d running children take the new weights at their "
+            "next claim, without a restart",
+            pool.name,
+            said,
+            len(live),
+        )
 
     def begin_stop(self, why: str) -> None:
         if self.stopping:
@@ -148,3 +181,22 @@ class Stopping:
             self.metrics.close()
         signal.set_wakeup_fd(-1)
         log.info("supervisor stopped (exit code %d)", self.exit_code)
+
+
+def reload_keys(new: Config) -> bool:
+    """Install the reloaded keys file's ring for the processes forked from now on; whether it
+    differs from the running one (then every child is replaced). PGQ_KEYS cannot change in a
+    running process: only a keys file can."""
+    from supervisor.config import ConfigError, ConfigIssue
+    from supervisor.config.encryption import ring
+    from supervisor.queue import keyring
+
+    try:
+        fresh = ring(new.encryption) if new.encryption.keys_file else None
+    except keyring.KeysError as exc:  # changed again since load_config read it
+        raise ConfigError([ConfigIssue("encryption.keys_file", str(exc))], new.path) from None
+    if fresh == keyring.installed():
+        return False
+    keyring.install(fresh)
+    log.info("reload: the keys of encrypted arguments changed; every child is replaced")
+    return True

@@ -30,7 +30,15 @@ OUTCOMES = {
     Counter.LOST: "lost_lease",
     Counter.CANCELLED: "cancelled",
 }
-QUEUE_STATES = ("available", "scheduled", "running", "discarded", "cancelled", "unknown")
+QUEUE_STATES = (
+    "available",
+    "scheduled",
+    "running",
+    "discarded",
+    "cancelled",
+    "unknown",
+    "waiting",
+)
 
 
 @dataclass
@@ -69,6 +77,10 @@ class QueueSnapshot:
     taken: float  # time.monotonic() when the database answered
     limits: list[LimitUse] = field(default_factory=list)
     tenants: list[TenantBacklog] = field(default_factory=list)
+    # What attempts cost over the last hour (history kept): (kind, attempts, cpu seconds) and
+    # (queue, tenant, cpu seconds), the costliest first.
+    kind_costs: list[tuple[str, int, float]] = field(default_factory=list)
+    tenant_costs: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def pool_totals(master: MasterView, absorbed: Mapping[str, PoolTotals]) -> dict[str, PoolTotals]:
@@ -95,8 +107,11 @@ def readiness(
     elif now - snapshot.taken > stale_after:
         reasons.append(f"queue stats last read {now - snapshot.taken:.0f}s ago")
     for name, pool in master.pools.items():
-        if pool.ready < pool.processes:
-            reasons.append(f"pool {name}: {pool.ready} of {pool.processes} children ready")
+        # An elastic pool that is growing is ready with its min up: a pod must not turn
+        # unready (and lose its traffic, or be counted out by an autoscaler) while it grows.
+        floor = pool.minimum or pool.processes
+        if pool.ready < floor:
+            reasons.append(f"pool {name}: {pool.ready} of {floor} children ready")
     return reasons
 
 
@@ -226,7 +241,41 @@ def limit_families(snapshot: QueueSnapshot | None) -> list[Family]:
         backlog.add(t.available, **labels)
         oldest.add(t.oldest_wait, **labels)
         tenant_running.add(t.running, **labels)
-    return [cap, running, rate, burst, tokens, backlog, oldest, tenant_running]
+    return [
+        cap,
+        running,
+        rate,
+        burst,
+        tokens,
+        backlog,
+        oldest,
+        tenant_running,
+        *cost_families(snapshot),
+    ]
+
+
+def cost_families(snapshot: QueueSnapshot | None) -> list[Family]:
+    """What finished attempts cost over the last hour, fleet-wide (pgq.attempt_costs)."""
+    cpu = Family(
+        "pgq_kind_cpu_seconds_last_hour",
+        "gauge",
+        "CPU seconds of the attempts that finished in the last hour, per kind (20 costliest).",
+    )
+    attempts = Family(
+        "pgq_kind_attempts_last_hour", "gauge", "Attempts that finished in the last hour, per kind."
+    )
+    tenant_cpu = Family(
+        "pgq_tenant_cpu_seconds_last_hour",
+        "gauge",
+        'CPU seconds of the attempts that finished in the last hour, per queue and tenant ("": '
+        "the jobs without a tenant; 20 costliest).",
+    )
+    for kind, n, seconds in snapshot.kind_costs if snapshot is not None else []:
+        cpu.add(seconds, kind=kind)
+        attempts.add(n, kind=kind)
+    for queue, tenant, seconds in snapshot.tenant_costs if snapshot is not None else []:
+        tenant_cpu.add(seconds, queue=queue, tenant=tenant)
+    return [cpu, attempts, tenant_cpu]
 
 
 def pool_families(totals: Mapping[str, PoolTotals]) -> list[Family]:
@@ -336,7 +385,23 @@ def children_families(master: MasterView) -> list[Family]:
     ready = Family(
         "pgq_children_ready", "gauge", "Children in the pool's slots that are ready to claim."
     )
-    wanted = Family("pgq_pool_processes", "gauge", "Children each pool is configured to run.")
+    wanted = Family("pgq_pool_processes", "gauge", "Children each pool is set to run now.")
+    desired = Family(
+        "pgq_pool_desired",
+        "gauge",
+        "Children each pool's scaling wants (elastic pools; a fixed pool's processes).",
+    )
+    need = Family(
+        "pgq_pool_need",
+        "gauge",
+        "Children this host's share of each elastic pool's backlog needs, before its max: "
+        "summed over hosts, what the fleet needs (for an autoscaler of hosts).",
+    )
+    backlog = Family(
+        "pgq_pool_backlog_seconds",
+        "gauge",
+        "Seconds of work due in each pool's queues (due jobs times measured service time).",
+    )
     counts = {(pool, state): 0 for pool in master.pools for state in STATES}
     for child in master.children:
         key = (child.pool, child.board.state.name.lower())
@@ -346,4 +411,7 @@ def children_families(master: MasterView) -> list[Family]:
     for name, pool in sorted(master.pools.items()):
         ready.add(pool.ready, pool=name)
         wanted.add(pool.processes, pool=name)
-    return [states, ready, wanted]
+        desired.add(pool.desired, pool=name)
+        need.add(pool.need, pool=name)
+        backlog.add(pool.backlog_seconds, pool=name)
+    return [states, ready, wanted, desired, need, backlog]

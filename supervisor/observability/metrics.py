@@ -109,6 +109,8 @@ class MetricsServer:
         self.horizon: Horizon | None = None
         self.limit_uses: list[LimitUse] = []
         self.tenants: list[TenantBacklog] = []
+        self.kind_costs: list[tuple[str, int, float]] = []
+        self.tenant_costs: list[tuple[str, str, float]] = []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -127,7 +129,9 @@ class MetricsServer:
     def queue_stats_read(self, queues: list[QueueStats], taken: float, interval: float) -> None:
         """A fresh snapshot of the queue table, with the limits' use and the busiest tenants
         read just before it; the next is due in ``interval`` seconds."""
-        self.snapshot = QueueSnapshot(queues, taken, self.limit_uses, self.tenants)
+        self.snapshot = QueueSnapshot(
+            queues, taken, self.limit_uses, self.tenants, self.kind_costs, self.tenant_costs
+        )
         self.stats_interval = interval
 
     def limits_read(self, uses: list[LimitUse]) -> None:
@@ -137,6 +141,12 @@ class MetricsServer:
     def tenants_read(self, tenants: list[TenantBacklog]) -> None:
         """The ten busiest tenants (most jobs due now)."""
         self.tenants = tenants
+
+    def costs_read(
+        self, kinds: list[tuple[str, int, float]], tenants: list[tuple[str, str, float]]
+    ) -> None:
+        """What attempts cost over the last hour, per kind and per queue and tenant."""
+        self.kind_costs, self.tenant_costs = kinds, tenants
 
     def horizon_read(self, horizon: Horizon) -> None:
         """The doctor's latest reading of the xmin horizon."""

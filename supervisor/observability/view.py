@@ -70,6 +70,12 @@ class PoolView:
     processes: int
     ready: int
     queues: tuple[str, ...]
+    # What the elastic pools' scaling wants (a fixed pool: its processes), and why.
+    desired: int = 0
+    need: float = 0.0
+    backlog_seconds: float = 0.0
+    reason: str = ""
+    minimum: int = 0  # an elastic pool's min (0: a fixed pool, ready with all its processes)
 
 
 @dataclass(frozen=True)

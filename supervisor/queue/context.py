@@ -40,14 +40,26 @@ class JobContext:
     # A batch's `then` job sees how its batch ended: {"id", "total", "completed", "discarded",
     # "cancelled"}; None for every other job.
     batch: dict[str, Any] | None = None
+    # A workflow step sees its workflow's id and its parents (``Parent``: id, kind, state,
+    # result), in the order they were added; None and [] for a job outside workflows. The claim
+    # hands both over in the job's `batch` column, written when the step was released
+    # (pgq.workflow_ended), so the claim itself reads nothing more for them.
+    workflow: int | None = None
+    parents: list[Parent] = field(default_factory=list)
     # Each check answers True or False, or None when it could not be made (the database was
     # away, the child's main thread too busy to ask): the last known answer then stands.
     _check_lease: Callable[[], bool | None] | None = field(default=None, repr=False)
     _check_cancel: Callable[[], bool | None] | None = field(default=None, repr=False)
+    # Where progress goes (supervisor.queue.progress.Reporter.report); None: nowhere.
+    _report_progress: Callable[[float, str | None], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._lease = _Latch(value=True)
         self._cancel = _Latch(value=False)
+        if self.batch is not None and "parents" in self.batch:
+            self.workflow = self.batch.get("workflow")
+            self.parents = [Parent.of(p) for p in self.batch["parents"]]
+            self.batch = None
 
     @property
     def cancel_seen(self) -> bool:
@@ -68,6 +80,14 @@ class JobContext:
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Say how far the job is (0 to 1) and, optionally, at what: shown by `jobs show`
+        and the dashboard while it runs, and kept after it. Cheap enough to call per page:
+        the value reaches the database at most about once a second. A fraction outside 0-1
+        raises ValueError."""
+        if self._report_progress is not None:
+            self._report_progress(fraction, message)
 
     def time_left(self) -> float | None:
         """Seconds until the kind's timeout kills this job, or None without a timeout."""
@@ -94,6 +114,22 @@ class JobContext:
         Asks the database at most once a second.
         """
         return self._cancel.read(self._check_cancel)
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A workflow step's parent as it ended: 'completed' (``result`` is what its handler
+    returned, None when nothing), 'discarded' or 'cancelled' (only an
+    ``on_parent_failure="run"`` step sees those)."""
+
+    id: int
+    kind: str
+    state: str
+    result: Any = None
+
+    @classmethod
+    def of(cls, item: dict[str, Any]) -> Parent:
+        return cls(int(item["id"]), str(item["kind"]), str(item["state"]), item.get("result"))
 
 
 @dataclass

@@ -13,12 +13,13 @@ process group, as a timeout would, or cooperatively in a threaded pool where the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from supervisor.queue.queries import query
 
@@ -195,15 +196,24 @@ def list_jobs(
     state: str | None = None,
     queue: str | None = None,
     kind: str | None = None,
+    args: Mapping[str, Any] | None = None,
     limit: int = 50,
 ) -> list[JobRow]:
-    """Jobs in any state, newest first; each filter is optional."""
+    """Jobs in any state, newest first; each filter is optional (``args``: a JSON object the
+    job's arguments contain)."""
     if state is not None and state not in STATES:
         raise ValueError(f"unknown job state {state!r}; states are {', '.join(STATES)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive integer, not {limit!r}")
     rows = conn.execute(
-        query("list_jobs"), {"state": state, "queue": queue, "kind": kind, "limit": limit}
+        query("list_jobs"),
+        {
+            "state": state,
+            "queue": queue,
+            "kind": kind,
+            "args": Jsonb(args) if args is not None else None,
+            "limit": limit,
+        },
     ).fetchall()
     return [JobRow(*row) for row in rows]
 

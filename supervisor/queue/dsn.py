@@ -67,6 +67,29 @@ def scrub(text: str, dsn: str | None = None) -> str:
     return text
 
 
+# user:secret@ at the start of a DSN written without its scheme (libpq cannot parse it, but the
+# error quoting it must not show the secret either).
+_BARE_PASSWORD = re.compile(r"^(?P<user>[^:/@\s]*):[^@\s]*@")
+
+
+def masked(dsn: str) -> str:
+    """The DSN as written, with any password starred: for an error that must quote it."""
+    return _BARE_PASSWORD.sub(r"\g<user>:***@", scrub(dsn))
+
+
+def parse_problem(dsn: str) -> str | None:
+    """Why libpq cannot parse this DSN (quoting it with the password masked), or None."""
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        reason = str(exc).strip().replace(dsn, masked(dsn))
+        hint = ""
+        if "://" not in dsn and "=" not in dsn:
+            hint = "; write it as postgresql://USER@HOST:PORT/DBNAME or host=HOST dbname=DBNAME"
+        return f"libpq cannot parse the connection string {masked(dsn)!r} ({scrub(reason)}){hint}"
+    return None
+
+
 def describe(dsn: str) -> str:
     """user@host:port/dbname, for logs and errors; never the password."""
     try:
@@ -145,6 +168,13 @@ _SESSION_SURVIVES = {"57014", "55P03", "40001", "40P01"}
 RECONNECT_ERRORS: tuple[type[psycopg.Error], ...] = (
     psycopg.OperationalError,
     psycopg.errors.ReadOnlySqlTransaction,
+)
+
+# A statement the session's own lock or statement timeout cut short: OperationalErrors, but the
+# session is fine and nothing needs a reconnect (catch these before RECONNECT_ERRORS).
+STATEMENT_CUT: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.QueryCanceled,
 )
 
 

@@ -20,9 +20,10 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 
+from supervisor.queue import claim_builder
 from supervisor.queue.job import Job
 from supervisor.queue.outcomes import Settlement
-from supervisor.queue.queries import native, query
+from supervisor.queue.queries import query
 
 DEFAULT_LEASE_SECONDS = 60.0
 # queue -> tenant -> weight, for the tenants whose weight is not 1 (the YAML's `tenants:`).
@@ -120,6 +121,29 @@ def timestamp_array(values: Iterable[datetime]) -> str:
     return "{" + ",".join(v.isoformat() for v in values) + "}"
 
 
+# The most JSON of kept results one statement carries (its %(results)s parameter). The claim
+# casts it to one jsonb array, and jsonb refuses an array past 256 MiB of elements; past 1 GiB
+# the server refuses the message itself and ends the session, and the child, taking that for an
+# outage, reconnected and sent it again, forever. results.max_size is at most 64 MiB, so a
+# statement always has room for one result.
+RESULTS_PER_STATEMENT = 96 * 1024 * 1024
+
+
+def results_chunks(done: Sequence[Job], limit: int = RESULTS_PER_STATEMENT) -> list[list[Job]]:
+    """``done`` in runs, in order, each carrying at most ``limit`` characters of results (a run
+    of one job whatever its size); one run, ``done`` itself, in the usual case."""
+    runs: list[list[Job]] = [[]]
+    size = 0
+    for job in done:
+        weight = len(job.result) if job.result is not None else 0
+        if runs[-1] and size + weight > limit:
+            runs.append([])
+            size = 0
+        runs[-1].append(job)
+        size += weight
+    return runs
+
+
 def results_param(done: Sequence[Job]) -> str:
     """The finished jobs' return values as the claim's JSON array of [id, value] pairs. Built
     as text from values already encoded when the handler returned, so a batch without results
@@ -139,6 +163,7 @@ def claim_params(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    aging: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The parameters of the claim statement (sql/claim.sql, ``claim``).
 
@@ -146,7 +171,8 @@ def claim_params(
     each queue's rotation resumes at (``TenantRotation.resume``; the start when omitted);
     ``tenant_weights`` maps queue -> tenant -> weight for tenants that are not weight 1;
     ``cursors`` where the claim starts inside tenants (``ClaimCursors``; none: from the start of
-    every tenant, which finds every due job)."""
+    every tenant, which finds every due job); ``aging`` maps queue -> seconds a waiting job
+    takes to rise a priority level (sql/claim/aging.sql; a queue not named does not age)."""
     names = [queues] if isinstance(queues, str) else list(queues)
     weights = [
         (queue, tenant, weight)
@@ -160,6 +186,7 @@ def claim_params(
         "history": history,
         "queues": text_array(names),
         "resume": text_array(resume if resume is not None else [""] * len(names)),
+        "aging": _aging_array(names, aging),
         "tenant_queues": text_array(q for q, _, _ in weights),
         "tenant_names": text_array(t for _, t, _ in weights),
         "tenant_weights": bigint_array(w for _, _, w in weights),
@@ -174,6 +201,12 @@ def claim_params(
     }
 
 
+def _aging_array(names: Sequence[str], aging: Mapping[str, float] | None) -> str:
+    if not aging:
+        return "{" + ",".join(["0"] * len(names)) + "}"
+    return "{" + ",".join(repr(float(aging.get(name, 0.0))) for name in names) + "}"
+
+
 def send_claim(
     conn: psycopg.Connection[Any],
     queues: str | Sequence[str],
@@ -186,13 +219,16 @@ def send_claim(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    variant: str = "claim",
+    aging: Mapping[str, float] | None = None,
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``).
 
     One statement claims for every queue in ``queues``, whatever their number. ``done`` are
     finished jobs to complete in the same statement, so a worker's batch costs one statement
     and one commit; in pipeline mode the cursor can also travel in one round trip (and one
-    transaction) with the batch's other outcomes."""
+    transaction) with the batch's other outcomes. ``variant``: which of the claim's statements
+    (``claim_builder.variant``; the default, with every step, is right for any claim)."""
     params = claim_params(
         queues,
         worker=worker,
@@ -203,20 +239,23 @@ def send_claim(
         resume=resume,
         tenant_weights=tenant_weights,
         cursors=cursors,
+        aging=aging,
     )
-    return execute_claim(conn, params)
+    return execute_claim(conn, params, variant=variant)
 
 
 def execute_claim(
     conn: psycopg.Connection[Any],
     params: Mapping[str, Any],
     statement: tuple[str, tuple[str, ...]] | None = None,
+    *,
+    variant: str = "claim",
 ) -> psycopg.Cursor[Any]:
     """Run the claim with ``claim_params``'s parameters, sent with the statement's own ``$n``
-    placeholders (``queries.native``: psycopg would parse its text again at every run).
+    placeholders (``claim_builder.native``: psycopg would parse its text again at every run).
     ``statement``: another claim's text in that form (``queries.native_text``; the benchmarks'
     earlier claims)."""
-    text, names = statement or native("claim")
+    text, names = statement or claim_builder.native(variant)
     return psycopg.RawCursor(conn).execute(text, [params[name] for name in names])
 
 
@@ -225,11 +264,13 @@ class Claimed:
     """What a claim statement did: the jobs it claimed, in the order to run them, and which of
     the finished jobs it carried were still ours. ``limit_wait`` is set when the queue's limits
     held every job back: seconds until its next rate token is due, or -1 when it waits for a
-    concurrency slot (see docs/limits.md)."""
+    concurrency slot (see docs/limits.md). ``limits_found``: a claim variant without limits
+    found that a limit exists now, and claimed nothing (send the claim with limits)."""
 
     jobs: list[Job]
     completed: Fenced
     limit_wait: float | None = None
+    limits_found: bool = False
 
 
 def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed:
@@ -242,7 +283,8 @@ def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed
     jobs = [Job(*row[:at]) for row in rows[:-1]]
     jobs.sort(key=lambda j: j.sort_key)
     wait = rows[-1][names.index("limit_wait")] if "limit_wait" in names else None
-    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait)
+    found = bool(rows[-1][names.index("limits_found")]) if "limits_found" in names else False
+    return Claimed(jobs, _split(done, rows[-1][at] or ()), wait, found)
 
 
 def claimed_jobs(cursor: psycopg.Cursor[Any]) -> list[Job]:
@@ -259,10 +301,11 @@ def claim(
     resume: Sequence[str] | None = None,
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
+    aging: Mapping[str, float] | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``worker`` from ``queues`` (tried in that order), in
     claim order: tenants in rotation from ``resume``, then best priority, oldest run_at, id
-    (past ``cursors`` inside their tenants)."""
+    (past ``cursors`` inside their tenants; ``aging``: see claim_params)."""
     _own_transaction(conn, "claim")
     cursor = send_claim(
         conn,
@@ -273,6 +316,7 @@ def claim(
         resume=resume,
         tenant_weights=tenant_weights,
         cursors=cursors,
+        aging=aging,
     )
     if not conn.autocommit:
         conn.commit()
@@ -319,14 +363,23 @@ def fenced(cursor: psycopg.Cursor[Any], jobs: Sequence[Job]) -> Fenced:
 def complete(
     conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
 ) -> Fenced:
-    """Delete successfully finished jobs (one statement for the batch), fenced.
+    """Delete successfully finished jobs (one statement for the batch, or one per
+    RESULTS_PER_STATEMENT of their results), fenced.
 
     Runs in the connection's current transaction, so a handler's own writes and the completion
     can commit together when the caller wants that.
     """
     if not jobs:
         return Fenced()
-    return read_claim(send_complete(conn, jobs, history=history), jobs).completed
+    fenced_runs = [
+        read_claim(send_complete(conn, run, history=history), run).completed
+        for run in results_chunks(jobs)
+    ]
+    if len(fenced_runs) == 1:
+        return fenced_runs[0]
+    return Fenced(
+        [j for f in fenced_runs for j in f.kept], [j for f in fenced_runs for j in f.lost]
+    )
 
 
 def settle(

@@ -18,13 +18,24 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 
+from supervisor.queue.secrets import MARK_TEXT, Sealed
+
 _decode = json.JSONDecoder().decode
+
+
+def _load(text: str) -> Any:
+    value = _decode(text)
+    # Args holding encrypted values come back marked, so that the executor opens only those:
+    # one substring search here instead of a walk of every job's args (supervisor/crypto).
+    if MARK_TEXT in text and type(value) is dict:
+        return Sealed(value)
+    return value
 
 
 class _JsonbTextLoader(Loader):
     def load(self, data: Any) -> Any:
         # bytes for a memoryview, str for the decoder: what json.loads does, minus the guess.
-        return _decode(bytes(data).decode(self._encoding))
+        return _load(bytes(data).decode(self._encoding))
 
     def __init__(self, oid: int, context: Any = None) -> None:
         super().__init__(oid, context)
@@ -39,7 +50,7 @@ class _JsonbBinaryLoader(_JsonbTextLoader):
         # Binary jsonb is a version byte (1) and then the text.
         if data[0] != 1:
             raise psycopg.DataError(f"unknown jsonb binary format version {data[0]}")
-        return _decode(bytes(data[1:]).decode(self._encoding))
+        return _load(bytes(data[1:]).decode(self._encoding))
 
 
 def use_fast_json(conn: psycopg.Connection[Any]) -> None:

@@ -254,6 +254,34 @@ def purge_discarded(
             return total
 
 
+def purge_dead_letters_slice(
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    limit: int = PURGE_BATCH,
+    kind: str | None = None,
+    queue: str | None = None,
+) -> int:
+    """Delete up to ``limit`` dead letters (discarded jobs only, not cancelled ones) that
+    finished before ``older_than``; returns how many. What an operator's purge deletes, while
+    the nightly purge (purge_discarded_slice) also clears old cancelled jobs."""
+    params = {"older_than": older_than, "limit": limit, "kind": kind, "queue": queue}
+    return conn.execute(query("purge_dead_letters"), params).rowcount
+
+
+def count_dead_letters(
+    conn: psycopg.Connection[Any],
+    older_than: datetime,
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+) -> int:
+    """How many dead letters purge_dead_letters_slice would delete, in all (a dry run)."""
+    params = {"kind": kind, "queue": queue, "finished_before": older_than, "finished_after": None}
+    row = conn.execute(query("count_discarded"), params).fetchone()
+    return int(row[0]) if row else 0
+
+
 def ensure_history_partitions(conn: psycopg.Connection[Any], days_ahead: int = 2) -> int:
     row = conn.execute(query("history_partitions"), {"days_ahead": days_ahead}).fetchone()
     return int(row[0]) if row else 0
@@ -397,6 +425,7 @@ class QueueStats:
     cancelled: int = 0
     paused: bool = False
     unknown: int = 0  # outcome unknown (effects: external), waiting for a hook or an operator
+    waiting: int = 0  # workflow steps whose parents have not all ended (not due, not claimable)
 
 
 def queue_stats(conn: psycopg.Connection[Any]) -> list[QueueStats]:
@@ -408,9 +437,18 @@ def queue_stats_from_rows(rows: Sequence[Sequence[Any]]) -> list[QueueStats]:
     """The rows of the queue_stats query, typed or as text (read without waiting for them)."""
     return [
         QueueStats(
-            str(q), int(a), int(s), int(r), int(d), float(age), int(c), _bool(paused), int(u)
+            str(q),
+            int(a),
+            int(s),
+            int(r),
+            int(d),
+            float(age),
+            int(c),
+            _bool(paused),
+            int(u),
+            int(w),
         )
-        for q, a, s, r, d, c, age, paused, u in rows
+        for q, a, s, r, d, c, age, paused, u, w in rows
     ]
 
 

@@ -18,6 +18,15 @@ one: ``CREATE INDEX CONCURRENTLY``, which builds a large index without blocking 
 statements must be idempotent (``IF NOT EXISTS``); an index that an interrupted concurrent build
 left invalid is dropped before the migration runs again. Its version is recorded after its last
 statement.
+
+In order. A migration runs only if its number is above every migration already applied on the
+database: one numbered into a gap (a branch's, merged after a higher one ran) is refused, naming
+its file, instead of running after the higher ones. Databases that came from a release before
+this rule (their highest migration at most ``LAST_UNORDERED``) still fill their gaps: those
+numbers were allotted to branches and filled in later, and every release since ships them all.
+
+Then the functions: each in its own file of sql/functions/, applied after the migrations
+(supervisor.queue.functions).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from supervisor.queue import locks
+from supervisor.queue import functions, locks
 from supervisor.queue.dsn import connect
 from supervisor.queue.queries import parse, sql_dir, sql_text
 
@@ -49,12 +58,18 @@ LOCK_WAIT = 600.0
 # The pause between tries: doubling from the first, at most the last, with jitter.
 RETRY_FIRST = 0.2
 RETRY_MAX = 5.0
+# The highest migration shipped before migrations had to come in order (issue 29).
+LAST_UNORDERED = 36
 
 T = TypeVar("T")
 
 
 class MigrationBlocked(RuntimeError):
     """A migration could not get its locks within the wait it was given."""
+
+
+class MigrationOrderError(RuntimeError):
+    """A pending migration is numbered below one already applied on the database."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,11 @@ class Migration:
         if "\n".join(current).strip():
             found.append("\n".join(current).strip())
         return found
+
+
+# What _next returns when the migration it found was a concurrent build that another runner
+# finished while this one waited for it: nothing applied here, but more may be pending.
+_ANOTHER_RUNNER = Migration(0, "applied_by_another_runner", "")
 
 
 @cache
@@ -121,6 +141,35 @@ def pending(
     return [m for m in (available() if shipped is None else shipped) if m.version not in done]
 
 
+def release_version() -> int:
+    """The highest migration of the tree (sql/migrations/, read directly): the release's place
+    in the schema's history, which its function files belong to."""
+    found = (_FILE.match(entry.name) for entry in (sql_dir() / "migrations").iterdir())
+    return max((int(match["version"]) for match in found if match), default=0)
+
+
+def functions_due(conn: psycopg.Connection[Any]) -> list[functions.FunctionFile]:
+    """The function files whose text is not the one in place (read only); none while the
+    database lacks the release's migrations (they are what is due)."""
+    if max(applied_versions(conn), default=0) < release_version():
+        return []
+    return functions.due(conn, _queries(), release_version())
+
+
+def check_order(todo: Sequence[Migration], done: set[int]) -> None:
+    """Refuses a pending migration numbered below the highest one applied (see the module)."""
+    highest = max(done, default=0)
+    if highest <= LAST_UNORDERED:
+        return
+    for m in todo:
+        if m.version < highest:
+            raise MigrationOrderError(
+                f"sql/migrations/{m.version:04d}_{m.name}.sql: migration {m.version:04d} is "
+                f"numbered below {highest:04d}, which is already applied on this database; a "
+                f"migration runs only above every applied one: renumber it above {highest:04d}"
+            )
+
+
 def migrate(
     target: str | psycopg.Connection[Any],
     *,
@@ -151,16 +200,39 @@ class _Runner:
             raise ValueError(
                 "migrate needs an autocommit connection: each migration is its own transaction"
             )
-        if applied_versions(conn) and not pending(conn, self.shipped):
+        todo = pending(conn, self.shipped)
+        check_order(todo, applied_versions(conn))
+        if applied_versions(conn) and not todo and not functions_due(conn):
             # Up to date: touch nothing, so a role without CREATE rights can run this too.
             return []
         applied = []
         while True:
             migration = self._polite(conn, "the next migration", lambda: self._next(conn))
             if migration is None:
-                return applied
+                break
+            if migration is _ANOTHER_RUNNER:
+                continue  # a concurrent build another runner finished while we waited
             log.info("applied migration %04d_%s", migration.version, migration.name)
             applied.append(migration)
+        self._polite(conn, "the functions", lambda: self._functions(conn, every=bool(applied)))
+        return applied
+
+    def _functions(self, conn: psycopg.Connection[Any], *, every: bool) -> None:
+        """One try: the function files due, applied and recorded in one transaction."""
+        with conn.transaction():
+            conn.execute(_q("migration_lock_timeout"), {"timeout": self._timeout()})
+            conn.execute(_q("migration_xact_lock"), {"key": locks.MIGRATE})
+            conn.execute(_q("migrations_bootstrap"))
+            release = release_version()
+            if max(applied_versions(conn), default=0) < release:
+                # Brought only to an earlier migration (``shipped`` ends early: a test standing
+                # in for an older release): the bodies cannot be checked against tables that
+                # come later, so PostgreSQL creates them unchecked (as pg_dump's output does).
+                conn.execute(_q("functions_unchecked"))
+            todo = functions.due(conn, _queries(), release, every=every)
+            functions.apply(conn, _queries(), todo, release)
+        if todo:
+            log.info("applied functions %s", ", ".join(f.name for f in todo))
 
     def _next(self, conn: psycopg.Connection[Any]) -> Migration | None:
         """One try: the next pending migration applied and recorded (None: none left)."""
@@ -171,15 +243,19 @@ class _Runner:
             todo = pending(conn, self.shipped)
             if not todo:
                 return None
+            # Again under the lock: another runner may have applied a higher one meanwhile.
+            check_order(todo, applied_versions(conn))
             migration = todo[0]
             if migration.transactional:
                 conn.execute(migration.sql)
                 _record(conn, migration)
                 return migration
-        self._outside_transaction(conn, migration)
+        if not self._outside_transaction(conn, migration):
+            return _ANOTHER_RUNNER
         return migration
 
-    def _outside_transaction(self, conn: psycopg.Connection[Any], migration: Migration) -> None:
+    def _outside_transaction(self, conn: psycopg.Connection[Any], migration: Migration) -> bool:
+        """Runs a no-transaction migration; False when another runner did it meanwhile."""
         # A session lock (a transaction's would end with each statement); through a
         # transaction pooler none is possible: the statements' IF NOT EXISTS and the record's
         # ON CONFLICT keep two runners harmless there.
@@ -187,7 +263,7 @@ class _Runner:
             conn.execute(_q("migration_session_lock"), {"key": locks.MIGRATE})
         try:
             if migration.version in applied_versions(conn):
-                return  # another runner did it while we waited for the lock
+                return False  # another runner did it while we waited for the lock
             for schema, index in conn.execute(_q("invalid_pgq_indexes")).fetchall():
                 log.info("dropping %s.%s, left invalid by an interrupted build", schema, index)
                 drop = sql.SQL(_q("drop_invalid_index"))
@@ -198,6 +274,7 @@ class _Runner:
             for statement in migration.statements():
                 conn.execute(statement)
             _record(conn, migration)
+            return True
         finally:
             if not conn.closed:
                 conn.execute(_q("migration_session_lock_timeout"), {"timeout": "0"})

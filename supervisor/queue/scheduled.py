@@ -74,3 +74,24 @@ def schedule_records(conn: psycopg.Connection[Any]) -> dict[str, ScheduleRecord]
         name: ScheduleRecord(name, tick, job_id)
         for name, tick, job_id in conn.execute(query("list_schedules")).fetchall()
     }
+
+
+def paused(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Whether schedule ``name`` is paused: its ticks pass without enqueueing a job."""
+    row = conn.execute(query("schedule_paused"), {"name": name}).fetchone()
+    return bool(row and row[0])
+
+
+def pause(conn: psycopg.Connection[Any], name: str, by: str) -> bool:
+    """Pause schedule ``name`` on every supervisor; False when it was paused already."""
+    return conn.execute(query("pause_schedule"), {"name": name, "by": by}).fetchone() is not None
+
+
+def resume(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Resume schedule ``name`` from its next tick; False when it was not paused."""
+    return conn.execute(query("resume_schedule"), {"name": name}).fetchone() is not None
+
+
+def paused_schedules(conn: psycopg.Connection[Any]) -> dict[str, tuple[datetime, str]]:
+    """name -> (paused_at, paused_by) of every paused schedule."""
+    return {r[0]: (r[1], r[2]) for r in conn.execute(query("paused_schedules")).fetchall()}

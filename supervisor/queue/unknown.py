@@ -63,7 +63,10 @@ class Resolved:
     id: int
     queue: str
     kind: str
-    state: str  # 'completed' (deleted), 'available' (retry) or 'discarded'
+    # 'completed' (deleted), 'available' (retry) or 'discarded'; 'held': a retry not applied,
+    # because job ``holder`` holds the job's unique key (the job stays unknown).
+    state: str
+    holder: int | None = None
 
 
 def resolve(
@@ -75,7 +78,11 @@ def resolve(
     token: datetime | None = None,
 ) -> list[Resolved]:
     """End the 'unknown' state of ``ids`` as ``resolution``; returns the jobs it resolved (a
-    job no longer unknown, or, with ``token``, taken by another round since, is left alone)."""
+    job no longer unknown, or, with ``token``, taken by another round since, is left alone).
+
+    A ``retry`` of a job whose unique key another job holds is refused: the job stays unknown
+    and is returned with state 'held' and that job's id as ``holder``. Since migration 0041 an
+    unknown job keeps its key, so only a database whose duplicates predate it meets this."""
     if resolution not in RESOLUTIONS:
         raise ValueError(f"resolution must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
     rows = conn.execute(

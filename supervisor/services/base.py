@@ -40,6 +40,8 @@ class ChildRecord(Protocol):
     kill_reason: str | None
     spawned_wall: float
 
+    def signal(self, signum: int) -> None: ...
+
 
 class Host(Protocol):
     """What the services need from the master."""

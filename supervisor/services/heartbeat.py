@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from supervisor.services import registry
-from supervisor.services.base import Service
+from supervisor.services.base import Host, Service
 
 log = logging.getLogger("pgq.master")
 
@@ -15,6 +16,12 @@ class Heartbeat(Service):
     rows of supervisors that stopped heartbeating."""
 
     name = "registry"
+
+    def __init__(
+        self, host: Host, interval: float, *, scaling: Callable[[], str] | None = None
+    ) -> None:
+        super().__init__(host, interval)
+        self.scaling = scaling  # the pools' sizes and why, as JSON, published with each beat
 
     def run_once(self) -> int:
         host = self.host
@@ -28,6 +35,7 @@ class Heartbeat(Service):
                 host.config.path,
                 rows,
                 host.config.external_kinds(),
+                self.scaling() if self.scaling is not None else None,
             ),
         )
         for sid, other_host, pid in pruned or []:

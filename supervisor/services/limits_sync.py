@@ -3,8 +3,11 @@
 Runs once at start and once after each reload (a reload builds the services afresh), and again
 only while the write has not succeeded (a database outage at start). While a file with limits
 has not been written yet, the master forks no child (``settled``): a child that claimed first
-would start jobs its limits forbid. A write refused for another reason than an outage (a role
-without rights on pgq.queue_limits) is logged, and children start anyway. It writes the limits of
+would start jobs its limits forbid, whatever kept the write out (an outage, a lock held on
+pgq.queue_limits past the master's statement timeout, a role without rights on it). Each failed
+try is logged, with what the children wait for, and tried again every RETRY_EVERY seconds. Until
+issue 30 a write refused for another reason than an outage let children start without the
+limits until a retry succeeded. It writes the limits of
 the queues this supervisor's pools serve, and lifts those of served queues the file leaves
 unlimited; the last supervisor to write a queue's limits wins, so a rolling deploy moves the
 fleet to the new limits as it goes. A queue whose limits changed gets its idle children woken:
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from supervisor.config import QueueLimits
 from supervisor.config.limits import limit_rows
@@ -24,6 +28,7 @@ from supervisor.services.base import Host, Service
 log = logging.getLogger("pgq.master")
 
 RETRY_EVERY = 5.0
+WARN_EVERY = 60.0  # a write that keeps failing is said again this often
 
 
 class LimitSync(Service):
@@ -32,9 +37,9 @@ class LimitSync(Service):
     def __init__(self, host: Host) -> None:
         super().__init__(host, RETRY_EVERY)
         self.done = False
-        # Children may be forked: the limits are written, or there are none to write, or the
-        # database refused them (logged; retried every RETRY_EVERY).
+        # Children may be forked: the limits are written, or there are none to write.
         self.settled = not host.config.limits
+        self.warned = -math.inf
 
     def next_run(self, now: float) -> float:
         # Written: never due again (a reload builds a new one). Not a due time left in the
@@ -51,14 +56,15 @@ class LimitSync(Service):
             ),
         )
         if changed is None:
-            if not self.host.db.in_outage and not self.settled:
+            if not self.host.db.in_outage and time.monotonic() - self.warned >= WARN_EVERY:
+                self.warned = time.monotonic()
                 log.error(
-                    "the limits of %s could not be written to pgq.queue_limits; children "
-                    "start without them and the write is tried again every %.0fs",
+                    "the limits of %s could not be written to pgq.queue_limits (the error is "
+                    "logged above); no child starts before they are, since it would claim "
+                    "without them; the write is tried again every %.0fs",
                     ", ".join(sorted(config.limits)),
                     RETRY_EVERY,
                 )
-                self.settled = True
             return  # try again in RETRY_EVERY
         self.done = self.settled = True
         for queue, change in changed:

@@ -21,6 +21,7 @@ from supervisor.doctor import horizon
 from supervisor.doctor.sql import doctor_query
 from supervisor.observability.metrics import STATS_INTERVAL, MetricsServer
 from supervisor.queue import limits, maintenance
+from supervisor.queue.costs import cost_query
 from supervisor.queue.dsn import scrub
 from supervisor.queue.queries import query
 from supervisor.services.base import Host, Service
@@ -73,14 +74,22 @@ class QueueStatsRefresh(Service, Readable):
         self.handler: Callable[[Rows, float], None] | None = None
         self.sent = 0.0
         self.fd = -1
+        self.kind_rows: list[tuple[str, int, float]] = []
 
     def readings(self) -> list[tuple[str, Callable[[Rows, float], None]]]:
         # The queue figures last: their handler ends the refresh, with the limits read just
         # before them (the snapshot carries both).
+        costs = []
+        if self.host.config.history.enabled:  # attempts' costs are written with the history
+            costs = [
+                (cost_query("metrics_cost_by_kind"), self._kind_costs),
+                (cost_query("metrics_cost_by_tenant"), self._tenant_costs),
+            ]
         return [
             (doctor_query("horizon"), self._horizon),
             (limits.use_statement(), self._limits),
             (limits.busiest_tenants_statement(), self._tenants),
+            *costs,
             (query("queue_stats"), self._queues),
         ]
 
@@ -151,6 +160,13 @@ class QueueStatsRefresh(Service, Readable):
 
     def _tenants(self, rows: Rows, now: float) -> None:
         self.server.tenants_read(limits.tenants_from_rows(rows))
+
+    def _kind_costs(self, rows: Rows, now: float) -> None:
+        self.kind_rows = [(str(k), int(n or 0), float(c or 0)) for k, n, c in rows]
+
+    def _tenant_costs(self, rows: Rows, now: float) -> None:
+        tenants = [(str(q), str(t or ""), float(c or 0)) for q, t, c in rows]
+        self.server.costs_read(self.kind_rows, tenants)
 
     def _queues(self, rows: Rows, now: float) -> None:
         self.server.queue_stats_read(maintenance.queue_stats_from_rows(rows), now, self.interval)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from supervisor.queue import locks, maintenance
+from supervisor.queue import costs, locks, maintenance, progress
 from supervisor.services.base import Host
 from supervisor.services.slices import STEP_RETRY_AFTER, SlicedService, SliceSize
 
@@ -53,6 +53,8 @@ class PurgeRun:
         self.stages: list[Callable[[], float | None]] = [
             self._dead_letters,
             self._results,
+            self._costs,
+            self._progress,
             self._batches,
             self._runs_log,
         ]
@@ -88,6 +90,20 @@ class PurgeRun:
             lambda conn, limit: maintenance.purge_results_slice(
                 conn, self.history_before, limit=limit
             ),
+        )
+
+    def _costs(self) -> float | None:
+        # What attempts cost (pgq.attempt_costs) is kept as long as the history.
+        return self._sliced(
+            "purge of attempt costs",
+            lambda conn, limit: costs.purge_slice(conn, self.history_before, limit=limit),
+        )
+
+    def _progress(self) -> float | None:
+        # What handlers said of their progress stays as long as the history.
+        return self._sliced(
+            "purge of job progress",
+            lambda conn, limit: progress.purge_slice(conn, self.history_before, limit=limit),
         )
 
     def _batches(self) -> float | None:

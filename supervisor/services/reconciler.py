@@ -23,16 +23,19 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from supervisor.crypto.opening import opened
+from supervisor.crypto.opening import scrub as scrub_opened
 from supervisor.queue.dsn import connect
 from supervisor.queue.queries import query
 from supervisor.queue.unknown import RESOLUTIONS, UnknownOutcome, resolve
 from supervisor.services.base import Host, Service
+from supervisor.shared.redact import scrub
 
 log = logging.getLogger("pgq.reconcile")
 
@@ -113,6 +116,7 @@ class Reconciler(Service):
                     backoff=config.reconcile.interval,
                     history=config.history.enabled,
                     pooled=config.database.pooled,
+                    redact=config.web.redact,
                 )
             except BaseException:  # whatever happens, never return into the master's loop
                 log.exception("reconcile round failed")
@@ -147,6 +151,7 @@ def run_round(
     backoff: float,
     history: bool,
     pooled: bool = False,
+    redact: Collection[str] = (),
 ) -> int:
     """Take up to ``limit`` due unknown jobs, ask their hooks, write the answers. Returns 0."""
     with connect(
@@ -158,7 +163,35 @@ def run_round(
         for row in rows:
             job = UnknownOutcome(*row[:-1])
             token = row[-1]
-            _ask(conn, hooks[job.kind], job, token, backoff=backoff, history=history)
+            try:
+                _ask(
+                    conn,
+                    hooks[job.kind],
+                    job,
+                    token,
+                    backoff=backoff,
+                    history=history,
+                    redact=redact,
+                )
+            except psycopg.Error as exc:
+                # One job's answer that cannot be written (autocommit: nothing else is undone)
+                # must not leave the rest of the round held and unasked.
+                log.error(
+                    "reconcile answer for job %s (%s) on queue %s could not be written: %s: "
+                    "%s; it stays unknown and is asked again after the round's hold",
+                    job.id,
+                    job.kind,
+                    job.queue,
+                    type(exc).__name__,
+                    exc,
+                    extra={"job_id": job.id, "kind": job.kind, "queue": job.queue},
+                )
+                if conn.closed:
+                    log.error(
+                        "reconcile round lost its connection; the round's other jobs stay "
+                        "unknown and are asked again after its hold"
+                    )
+                    break
     return 0
 
 
@@ -170,18 +203,26 @@ def _ask(
     *,
     backoff: float,
     history: bool,
+    redact: Collection[str] = (),
 ) -> None:
     fields = {"job_id": job.id, "kind": job.kind, "queue": job.queue, "attempt": job.attempt}
+    shown = job
     try:
-        answer = hook(job)
-    except Exception as exc:
-        _defer(conn, job, token, backoff, f"reconcile hook failed: {type(exc).__name__}: {exc}")
+        shown = opened(job)  # encrypted args opened for the hook alone
+        answer = hook(shown)
+    except BaseException as exc:  # a hook's SystemExit is its failure, not the round's end
+        # The hook's message may quote the job's arguments: their redacted values stay out, and
+        # so do the opened values of encrypted ones.
+        said = scrub(f"{type(exc).__name__}: {exc}", job.args, redact)
+        if shown is not job:
+            said = scrub_opened(said, [shown.args]) or said
+        _defer(conn, job, token, backoff, f"reconcile hook failed: {said}")
         log.warning(
             "reconcile hook of job %s (%s) on queue %s failed: %s; it stays unknown",
             job.id,
             job.kind,
             job.queue,
-            exc,
+            said,
             extra=fields,
         )
         return
@@ -191,19 +232,35 @@ def _ask(
             job,
             token,
             backoff,
-            f"reconcile hook gave no answer ({answer!r}); it must return one of "
+            scrub(
+                f"reconcile hook gave no answer ({answer!r}); it must return one of ",
+                job.args,
+                redact,
+            )
             + ", ".join(repr(r) for r in RESOLUTIONS),
         )
         log.warning(
-            "reconcile hook of job %s (%s) answered %r, not one of %s; it stays unknown",
+            "reconcile hook of job %s (%s) answered %s, not one of %s; it stays unknown",
             job.id,
             job.kind,
-            answer,
+            scrub(repr(answer), job.args, redact),
             ", ".join(RESOLUTIONS),
             extra=fields,
         )
         return
     done = resolve(conn, [job.id], answer, history=history, token=token)
+    if done and done[0].state == "held":
+        error = f"reconcile hook answered retry, but job {done[0].holder} holds its unique key"
+        _defer(conn, job, token, backoff, error)
+        log.warning(
+            "job %s (%s) on queue %s not retried: job %s holds its unique key; it stays unknown",
+            job.id,
+            job.kind,
+            job.queue,
+            done[0].holder,
+            extra=fields,
+        )
+        return
     if done:
         log.info(
             "job %s (%s) on queue %s reconciled as %s by its hook",

@@ -11,6 +11,7 @@ import psutil
 import psycopg
 
 from supervisor.queue.queries import query
+from supervisor.queue.scaling import scaling_query
 from supervisor.shared import memory
 
 # A supervisor whose heartbeat is older than this is presumed dead and its rows are pruned.
@@ -43,6 +44,7 @@ def heartbeat(
     config_path: str,
     workers: list[WorkerRow],
     external_kinds: list[str] | None = None,
+    scaling: str | None = None,
 ) -> list[tuple[str, str, int]]:
     """Refresh this supervisor's row and its children's; prune dead supervisors.
     Returns the (id, host, pid) of the supervisors pruned."""
@@ -58,6 +60,10 @@ def heartbeat(
                 "external_kinds": external_kinds or None,
             },
         )
+        if scaling is not None:
+            conn.execute(
+                scaling_query("publish_scaling"), {"id": supervisor_id, "scaling": scaling}
+            )
         conn.execute(query("clear_workers"), {"id": supervisor_id})
         if workers:
             conn.execute(

@@ -157,13 +157,23 @@ class Scheduler(Service):
                 if not scheduled.claim_tick(conn, schedule.name, tick):
                     return True  # another supervisor took this tick a moment ago
                 if last is None:
+                    # Name the tick its first job is for, not the one just recorded (before it).
                     log.info(
-                        "schedule %s: first seen; its first job is for the tick after %s",
+                        "schedule %s: first seen at its tick %s; its first job is for %s",
                         schedule.name,
                         tick.isoformat(),
+                        next_tick(schedule, tick).isoformat(),
                     )
                     return True
                 if not should_run(schedule, last, tick, tried):
+                    return True
+                if scheduled.paused(conn, schedule.name):
+                    # The tick passes (resuming does not make up for the ticks paused).
+                    log.info(
+                        "schedule %s is paused: its tick %s passes without a job",
+                        schedule.name,
+                        tick.isoformat(),
+                    )
                     return True
                 job_id = enqueue(
                     conn,

@@ -9,7 +9,10 @@ Layout: 8-byte words, viewed both as unsigned integers and as doubles. Words 0-6
 state, counters and histograms; then one 8-word record per handler thread, each guarded by a
 sequence number (odd while the child is writing) so the master never reads half a record; then
 the list of jobs that ran here but whose outcome is not written yet (a sequence number, a count,
-the ids), so that a child killed before writing them is not said to have held them unstarted.
+the ids), so that a child killed before writing them is not said to have held them unstarted;
+then the claims the child holds (a sequence number, a count, (id, lease id) pairs), which the
+master renews and watches for cancels by primary key (services/leases.py): claimed, running, or
+finished and not yet written.
 """
 
 from __future__ import annotations
@@ -84,15 +87,49 @@ class RunningJob:
 
 
 class Board:
-    def __init__(self, threads: int = 1, unrecorded: int = 0) -> None:
+    def __init__(
+        self, threads: int = 1, unrecorded: int = 0, queues: int = 0, held: int = 0
+    ) -> None:
         self.threads = threads
         # Room for the ids of jobs run but not yet recorded; more than this are not listed.
         self.unrecorded_room = unrecorded
         self._unrecorded_at = HEADER_WORDS + THREAD_WORDS * threads
-        self._map = mmap.mmap(-1, (self._unrecorded_at + 2 + unrecorded) * WORD)
+        # Then the pool's queue weights as a reload set them (a generation, then one word per
+        # queue in the pool's order): a weight-only reload reaches running children here.
+        self.queues = queues
+        self._weights_at = self._unrecorded_at + 2 + unrecorded
+        # Room for the claims held; a child holding more says so (count past the room), and
+        # the master then renews its jobs by worker identity instead.
+        self.held_room = held
+        self._held_at = self._weights_at + 1 + queues
+        self._map = mmap.mmap(-1, (self._held_at + 2 + 2 * held) * WORD)
         self._u = memoryview(self._map).cast("Q")
         self._d = memoryview(self._map).cast("d")
         self._next_cancel = 0  # the master's: which cancel word to overwrite when all are taken
+
+    # -- the weights: written by the master, read by the child ------------------------------
+
+    def set_weights(self, weights: list[int]) -> None:
+        """The master's: new weights for the pool's queues, in its order; the generation moves
+        after them, so a child that sees the new generation reads the new weights."""
+        if len(weights) != self.queues:
+            raise ValueError(f"{len(weights)} weights for a board of {self.queues} queues")
+        for i, weight in enumerate(weights):
+            self._u[self._weights_at + 1 + i] = weight
+        self._u[self._weights_at] += 1
+
+    def weights_generation(self) -> int:
+        """0 until a reload changed the weights; then how many times it did."""
+        return int(self._u[self._weights_at]) if self.queues else 0
+
+    def weights(self) -> list[int]:
+        while True:  # the master may be writing: read until the generation held still
+            before = self._u[self._weights_at]
+            found = [
+                int(w) for w in self._u[self._weights_at + 1 : self._weights_at + 1 + self.queues]
+            ]
+            if self._u[self._weights_at] == before:
+                return found
 
     # -- written by the child --------------------------------------------------------------
 
@@ -140,6 +177,17 @@ class Board:
         u[base] += 1  # odd: writing
         u[base + 1] = len(ids)
         u[base + 2 : base + 2 + len(ids)] = array("Q", ids)
+        u[base] += 1  # even: consistent
+
+    def set_held(self, claims: list[tuple[int, int]]) -> None:
+        """The claims (job id, lease id) this child holds; past the room, only how many."""
+        base, u = self._held_at, self._u
+        u[base] += 1  # odd: writing
+        u[base + 1] = len(claims)
+        if len(claims) <= self.held_room:
+            u[base + 2 : base + 2 + 2 * len(claims)] = array(
+                "Q", [word for claim in claims for word in claim]
+            )
         u[base] += 1  # even: consistent
 
     def job_finished(self, thread: int) -> None:
@@ -224,6 +272,22 @@ class Board:
             if self._u[base] == before:
                 return ids
         return []
+
+    def held(self) -> list[tuple[int, int]] | None:
+        """The claims the child holds, or None when they are not known: more than the room,
+        or the list never settled while read."""
+        base = self._held_at
+        for _ in range(100):
+            before = self._u[base]
+            if before % 2:
+                continue
+            count = int(self._u[base + 1])
+            if count > self.held_room:
+                return None
+            words = list(self._u[base + 2 : base + 2 + 2 * count])
+            if self._u[base] == before:
+                return list(zip(words[0::2], words[1::2], strict=True))
+        return None
 
     def close(self) -> None:
         self._u.release()

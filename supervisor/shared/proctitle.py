@@ -10,6 +10,8 @@ import time
 
 import setproctitle
 
+from supervisor.shared.words import plural
+
 PREFIX = "pgq-supervisor"
 
 
@@ -18,7 +20,7 @@ def set_title(text: str) -> None:
 
 
 def master_title(config_path: str, children: int, state: str) -> str:
-    return f"master -c {config_path} [{children} children, {state}]"
+    return f"master -c {config_path} [{plural(children, 'child')}, {state}]"
 
 
 def child_title(

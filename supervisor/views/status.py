@@ -8,7 +8,7 @@ clock). ``to_json`` and ``render`` show the same data, for scripts and for peopl
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,8 +17,10 @@ import psycopg
 from supervisor.config import Config, PoolConfig
 from supervisor.doctor import Check
 from supervisor.doctor.horizon import read_culprits
-from supervisor.queue import maintenance
+from supervisor.queue import costs, maintenance
+from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import query
+from supervisor.queue.scaling import scaling_query
 from supervisor.queue.unknown import count_unknown
 from supervisor.views import limits as limits_view
 from supervisor.views import schedules
@@ -26,6 +28,8 @@ from supervisor.views.limits import LimitsView
 from supervisor.views.schedules import ScheduleRow
 from supervisor.views.text import age, clock_time, iso, safe, table
 
+# The window of the cost totals (status, the dashboard).
+COST_WINDOW = 3600.0
 # A queue whose oldest ready job has waited longer than this is flagged: at 3 a.m. that is the
 # first sign that workers are missing, stuck or outnumbered.
 LATE_AFTER = 300.0
@@ -45,6 +49,8 @@ class QueueRow:
     running: int = 0
     discarded: int = 0
     cancelled: int = 0
+    # Workflow steps waiting for their parents: not due, not claimable, not late.
+    waiting: int = 0
     paused: bool = False
     oldest_ready_age: float | None = None
     pools: list[str] = field(default_factory=list)
@@ -75,6 +81,9 @@ class WorkerView:
     job_age: float | None
     spawned_at: datetime
     rss_bytes: int | None = None
+    # What the running job's handler last said of its progress (0-1), and at what.
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 @dataclass
@@ -87,6 +96,8 @@ class SupervisorView:
     heartbeat_at: datetime
     heartbeat_age: float
     workers: list[WorkerView] = field(default_factory=list)
+    # Each pool as this supervisor's scaling last published it (docs/elastic-pools.md).
+    scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def stale(self) -> bool:
@@ -109,6 +120,10 @@ class Status:
     unknown: list[tuple[str, str, int]] = field(default_factory=list)
     hooked: frozenset[str] = frozenset()  # kinds with a reconcile hook
     limits: LimitsView = field(default_factory=LimitsView)
+    # What attempts cost over the last hour (history kept): per kind and per queue and tenant.
+    costs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # (queue, kind, waiting, dead letters) of kinds no handler of the config serves.
+    unhandled: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Everything an operator should look at, in words."""
@@ -119,6 +134,13 @@ class Status:
                 f"queue {safe(queue_name)}: {_jobs(count)} of kind {safe(kind)} with outcome "
                 f"unknown (effects: external): {hook}decide with `jobs list --state unknown` "
                 "and `jobs resolve ID --as completed|retry|discarded`"
+            )
+        for queue_name, kind, waiting, dead in self.unhandled:
+            found.append(
+                f"queue {safe(queue_name)}: {_count_of(waiting, dead)} of kind {safe(kind)}, "
+                f"which no handler in {self.config_path} serves (retried until their attempts "
+                f"run out): add it under handlers:, or cancel them with `jobs cancel --kind "
+                f"{safe(kind)}`"
             )
         for q in self.queues:
             if q.late:
@@ -151,6 +173,22 @@ class Status:
         return found
 
 
+def _count_of(waiting: int, dead: int) -> str:
+    parts = [f"{waiting} job{'' if waiting == 1 else 's'} waiting"] if waiting else []
+    if dead:
+        parts.append("1 dead letter" if dead == 1 else f"{dead} dead letters")
+    return " and ".join(parts)
+
+
+def unhandled_kinds(rows: Iterable[Sequence[Any]]) -> list[tuple[str, str, int, int]]:
+    """The rows of the unhandled_kinds query (sql/operator.sql), for Status.unhandled."""
+    return [(queue, kind, int(waiting), int(dead)) for queue, kind, waiting, dead in rows]
+
+
+# Rows of each state the unhandled_kinds query samples (its counts are lower bounds past it).
+UNHANDLED_SAMPLE = 1_000
+
+
 def share(pool: PoolConfig, queue: str) -> float:
     """The part of the pool's claims that goes to ``queue`` while every queue has work."""
     return pool.queues[queue] / sum(pool.queues.values())
@@ -173,6 +211,7 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         q.available, q.scheduled = stats.available, stats.scheduled
         q.running, q.discarded = stats.running, stats.discarded
         q.cancelled, q.paused = stats.cancelled, stats.paused
+        q.waiting = stats.waiting
         # The query reports 0 for a queue with nothing due; "no ready job" is not "fresh".
         q.oldest_ready_age = stats.oldest_ready_age if stats.available else None
     if config.history.enabled:
@@ -190,7 +229,21 @@ def gather(conn: psycopg.Connection[Any], config: Config, database: str) -> Stat
         unknown=count_unknown(conn),
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile),
         limits=limits_view.gather(conn, config),
+        costs=_costs(conn) if config.history.enabled else {},
+        unhandled=unhandled_kinds(
+            conn.execute(
+                query("unhandled_kinds"),
+                {"kinds": sorted(config.handlers), "cap": UNHANDLED_SAMPLE},
+            ).fetchall()
+        ),
     )
+
+
+def _costs(conn: psycopg.Connection[Any]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "kinds": costs.by_kind(conn, COST_WINDOW),
+        "tenants": costs.by_tenant(conn, COST_WINDOW),
+    }
 
 
 def _add_throughput(conn: psycopg.Connection[Any], queues: dict[str, QueueRow], queue: Any) -> None:
@@ -209,14 +262,21 @@ def _add_throughput(conn: psycopg.Connection[Any], queues: dict[str, QueueRow], 
 
 
 def _supervisors(conn: psycopg.Connection[Any]) -> list[SupervisorView]:
-    return supervisors_from(
+    found = supervisors_from(
         conn.execute(query("list_supervisors")).fetchall(),
         conn.execute(query("list_workers")).fetchall(),
+        conn.execute(scaling_query("list_scaling")).fetchall(),
     )
+    ids = running_job_ids(found)
+    if ids:
+        add_progress(found, conn.execute(progress_query("read_progress"), {"ids": ids}))
+    return found
 
 
 def supervisors_from(
-    supervisor_rows: Iterable[Sequence[Any]], worker_rows: Iterable[Sequence[Any]]
+    supervisor_rows: Iterable[Sequence[Any]],
+    worker_rows: Iterable[Sequence[Any]],
+    scaling_rows: Iterable[Sequence[Any]] = (),
 ) -> list[SupervisorView]:
     """Live supervisors with their children, from the rows of list_supervisors and list_workers
     (the web dashboard reads the same rows on its async connections)."""
@@ -227,7 +287,26 @@ def supervisors_from(
     for sid, *worker in worker_rows:
         if sid in supervisors:
             supervisors[sid].workers.append(WorkerView(*worker))
+    for sid, scaling in scaling_rows:
+        if sid in supervisors and isinstance(scaling, dict):
+            supervisors[sid].scaling = scaling
     return list(supervisors.values())
+
+
+def running_job_ids(supervisors: list[SupervisorView]) -> list[int]:
+    return [w.job_id for s in supervisors for w in s.workers if w.job_id is not None]
+
+
+def add_progress(supervisors: list[SupervisorView], rows: Iterable[Sequence[Any]]) -> None:
+    """Each running job's progress (rows of read_progress) onto its worker."""
+    said = {row[0]: (row[2], row[3]) for row in rows}
+    for s in supervisors:
+        s.workers = [
+            replace(w, progress=said[w.job_id][0], progress_message=said[w.job_id][1])
+            if w.job_id in said
+            else w
+            for w in s.workers
+        ]
 
 
 def to_json(status: Status) -> dict[str, Any]:
@@ -247,6 +326,7 @@ def to_json(status: Status) -> dict[str, Any]:
                 "running": q.running,
                 "discarded": q.discarded,
                 "cancelled": q.cancelled,
+                "waiting": q.waiting,
                 "paused": q.paused,
                 "oldest_ready_age_seconds": q.oldest_ready_age,
                 "late": q.late,
@@ -274,8 +354,13 @@ def to_json(status: Status) -> dict[str, Any]:
         ],
         "schedules": schedules.to_json(status.schedules),
         "unknown": [{"queue": q, "kind": k, "jobs": n} for q, k, n in status.unknown],
+        "unhandled_kinds": [
+            {"queue": q, "kind": k, "waiting": w, "dead_letters": d}
+            for q, k, w, d in status.unhandled
+        ],
         "limits": limits_view.to_json(status.limits),
         "busiest_tenants": limits_view.tenants_json(status.limits),
+        "cost_last_hour": status.costs,
         "warnings": status.warnings(),
     }
 
@@ -289,6 +374,7 @@ def _supervisor_json(s: SupervisorView) -> dict[str, Any]:
         "heartbeat_at": iso(s.heartbeat_at),
         "heartbeat_age_seconds": s.heartbeat_age,
         "stale": s.stale,
+        "pools": [{"pool": name, **state} for name, state in sorted(s.scaling.items())],
         "workers": [
             {
                 "worker_id": w.worker_id,
@@ -305,6 +391,8 @@ def _supervisor_json(s: SupervisorView) -> dict[str, Any]:
                     "kind": w.kind,
                     "started_at": iso(w.job_started),
                     "running_seconds": w.job_age,
+                    "progress": w.progress,
+                    "progress_message": w.progress_message,
                 },
             }
             for w in s.workers
@@ -326,6 +414,7 @@ def render(status: Status) -> list[str]:
     lines += _queue_lines(status)
     lines += ["", f"POOLS (from {status.config_path})"]
     lines += _pool_lines(status.pools)
+    lines += _cost_lines(status.costs)
     lines += ["", "SUPERVISORS"]
     lines += _supervisor_lines(status.supervisors)
     lines += schedules.lines(status.schedules)
@@ -346,6 +435,7 @@ def _queue_lines(status: Status) -> list[str]:
         "RUNNING",
         "DISCARDED",
         "CANCELLED",
+        "WAITING",
         "OLDEST READY",
     ]
     if status.history:
@@ -360,6 +450,7 @@ def _queue_lines(status: Status) -> list[str]:
             q.running,
             q.discarded,
             q.cancelled,
+            q.waiting,
             age(q.oldest_ready_age),
         ]
         if q.throughput is not None:
@@ -403,6 +494,37 @@ def _pool_lines(pools: list[PoolConfig]) -> list[str]:
     ]
 
 
+def _cost_lines(spent: dict[str, list[dict[str, Any]]]) -> list[str]:
+    kinds = spent.get("kinds") or []
+    if not kinds:
+        return []
+    rows = [
+        [
+            k["kind"],
+            k["attempts"],
+            f"{k['cpu_seconds']:.1f}",
+            "-" if k["peak_memory"] is None else f"{k['peak_memory'] / 2**20:.0f} MiB",
+        ]
+        for k in kinds[:10]
+    ]
+    headers = ["KIND", "ATTEMPTS", "CPU SECONDS", "PEAK MEMORY"]
+    return ["", "TOP KINDS BY CPU (last hour)", *table(headers, rows, right=(1, 2, 3))]
+
+
+def _scaling_lines(s: SupervisorView) -> list[str]:
+    """An elastic pool's size and why, one line each (fixed pools say nothing new)."""
+    lines = []
+    for name, state in sorted(s.scaling.items()):
+        if not state.get("elastic"):
+            continue
+        lines.append(
+            f"  pool {safe(name)}: {state.get('actual')} children, desired "
+            f"{state.get('desired')} of {state.get('min')}-{state.get('max')}, backlog "
+            f"{state.get('backlog_seconds', 0):g}s: {safe(str(state.get('reason', '')))}"
+        )
+    return lines
+
+
 def _supervisor_lines(supervisors: list[SupervisorView]) -> list[str]:
     if not supervisors:
         return ["none registered (a running supervisor heartbeats every 5s)"]
@@ -414,6 +536,7 @@ def _supervisor_lines(supervisors: list[SupervisorView]) -> list[str]:
                 f"{safe(host)}  pid {s.pid}  started {clock_time(s.started_at)}  "
                 f"heartbeat {age(s.heartbeat_age)} ago  config {safe(s.config)}{note}"
             )
+            lines += _scaling_lines(s)
             rows = [
                 [
                     w.pool,

@@ -15,8 +15,11 @@ from typing import Any, TypeVar
 import psycopg
 from starlette.concurrency import run_in_threadpool
 
-from supervisor.queue import control, maintenance, unknown
+from supervisor.config import ScheduleConfig
+from supervisor.queue import bulk, control, maintenance, scheduled, unknown
 from supervisor.queue.dsn import DatabaseError, connect, describe, scrub
+from supervisor.queue.enqueue import enqueue
+from supervisor.shared.words import plural
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, listing
 
@@ -108,7 +111,7 @@ class Actions:
             deleted = 0
             while True:
                 with conn.transaction():  # one commit per slice
-                    n = maintenance.purge_discarded_slice(
+                    n = maintenance.purge_dead_letters_slice(
                         conn, cutoff, limit=self._purge_batch, kind=kind, queue=queue
                     )
                 deleted += n
@@ -145,6 +148,12 @@ class Actions:
         )
         if not done:
             return Done(f"job {job_id} was not resolved: its outcome is no longer unknown")
+        if done[0].state == "held":
+            return Done(
+                f"job {job_id} was not retried: its unique key is held by job {done[0].holder}; "
+                "it stays unknown (resolve it as completed or discarded, or retry it once that "
+                "job has ended)"
+            )
         said = {"completed": "completed", "available": "due again now", "discarded": "discarded"}
         return Done(f"job {job_id} resolved: {said[done[0].state]}", (job_id,))
 
@@ -168,6 +177,36 @@ class Actions:
             return Done(f"resumed queue {queue}: its workers were woken")
         return Done(f"queue {queue} was not paused")
 
+    async def run_schedule(self, schedule: ScheduleConfig) -> Done:
+        """One job of the schedule now, as a tick would enqueue it (without a tick's unique
+        key: the next tick still runs on time)."""
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            return enqueue(
+                conn,
+                schedule.kind,
+                dict(schedule.args),
+                queue=schedule.queue,
+                priority=schedule.priority,
+            )
+
+        job_id = await self._run(work)
+        return Done(
+            f"schedule {schedule.name}: enqueued job {job_id} ({schedule.kind}) on queue "
+            f"{schedule.queue} now; its next tick runs as planned",
+            (job_id,),
+        )
+
+    async def pause_schedule(self, name: str, by: str) -> Done:
+        if await self._run(lambda conn: scheduled.pause(conn, name, by)):
+            return Done(f"paused schedule {name}: its ticks pass without a job until resumed")
+        return Done(f"schedule {name} was paused already")
+
+    async def resume_schedule(self, name: str) -> Done:
+        if await self._run(lambda conn: scheduled.resume(conn, name)):
+            return Done(f"resumed schedule {name}: its next tick enqueues a job")
+        return Done(f"schedule {name} was not paused")
+
     async def bulk_slice(
         self,
         name: str,
@@ -177,20 +216,22 @@ class Actions:
         floor: int,
         below: int | None,
         limit: int,
-    ) -> Sliced:
+    ) -> bulk.Sliced:
         """One slice of an action on everything a filter matches (supervisor.web.bulk): the
         next ``limit`` matching ids below ``below``, locked, acted on in this transaction."""
-        from supervisor.web.finder import web_query
 
-        def work(conn: psycopg.Connection[Any]) -> Sliced:
-            conn.execute(web_query("web_bound"))
-            found = conn.execute(
-                web_query("web_slice_ids"),
-                {**params, "top": top, "floor": floor, "below": below, "limit": limit},
-            ).fetchall()
-            ids = [row[0] for row in found]
-            changed = self._act(conn, name, ids) if ids else []
-            return Sliced(ids, changed, len(ids) - len(changed), min(ids) if ids else None)
+        def work(conn: psycopg.Connection[Any]) -> bulk.Sliced:
+            conn.execute(bulk.bulk_query("web_bound"))
+            return bulk.act_slice(
+                conn,
+                name,
+                params,
+                top=top,
+                floor=floor,
+                below=below,
+                limit=limit,
+                history=self._history,
+            )
 
         return await self._run(work)
 
@@ -200,30 +241,12 @@ class Actions:
         left = len(ids) - len(changed)
         verb = {"cancel": "cancelled or stopping", "run-now": "made due now"}.get(name, "replayed")
         rest = f"; {left} left as they were (not in a state it applies to)" if left else ""
-        return Done(f"{verb} {len(changed)} of {len(ids)} jobs ({listing(ids)}){rest}", changed)
+        return Done(
+            f"{verb} {len(changed)} of {plural(len(ids), 'job')} ({listing(ids)}){rest}", changed
+        )
 
     def _act(self, conn: psycopg.Connection[Any], name: str, ids: list[int]) -> tuple[int, ...]:
-        """Apply ``name`` to ``ids`` with the library's own functions; the ids it changed."""
-        if name == "cancel":
-            done = control.cancel(conn, ids, history=self._history)
-            return tuple(sorted([*done.cancelled, *done.requested]))
-        if name == "run-now":
-            return tuple(i for i in ids if control.retry_now(conn, i) is not None)
-        if name == "replay":
-            return tuple(maintenance.replay(conn, maintenance.ReplayFilter(ids=ids)).ids)
-        raise ValueError(f"unknown bulk action {name!r}")
-
-
-@dataclass(frozen=True)
-class Sliced:
-    ids: list[int]  # the jobs this slice looked at, highest first
-    changed: tuple[int, ...]  # the ones the action changed
-    skipped: int  # the others (finished meanwhile, a unique key held)
-    lowest: int | None  # where the next slice starts (below it)
-
-    @property
-    def acted(self) -> int:
-        return len(self.changed)
+        return bulk.act(conn, name, ids, history=self._history)
 
 
 def _jobs(n: int) -> str:

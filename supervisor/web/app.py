@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.queue.dsn import describe
-from supervisor.web import bulk, controls, daily, pages
+from supervisor.web import bulk, controls, pages, schedules_page, timeseries
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure, ExposureMiddleware
 from supervisor.web.reads import dashboard_query
@@ -107,7 +107,8 @@ def create_app(
             # (controls.queue_paths), so a queue named "x/pause" shadows nothing.
             *controls.routes(site, pages.queue_page(site)),
             *bulk.routes(site),
-            *daily.routes(site),
+            *timeseries.routes(site),
+            *schedules_page.routes(site),
             *pages.routes(site),
             Mount("/static", StaticFiles(directory=HERE / "static")),
         ],

@@ -19,54 +19,33 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from supervisor.crypto import mask
+from supervisor.crypto.search import protected_keys, search_problem
+from supervisor.queue.bulk import ACTIONS, SLICE, Action, JobFilter, NotApplicable, states_for
 from supervisor.queue.control import STATES
-from supervisor.web import audit, finder
+from supervisor.web import audit, finder, timeseries
 from supervisor.web.actions import ActionError, Done
 from supervisor.web.controls import Plan, action
 from supervisor.web.security import csrf_problem
 from supervisor.web.site import Site
 
-SLICE = 500
+Bulk = Action
+BULKS = ACTIONS
 
 
-@dataclass(frozen=True)
-class Bulk:
-    """One action that applies to jobs in some states."""
-
-    name: str
-    states: tuple[str, ...]
-    verb: str  # "Cancel"
-    done: str  # "cancelled"
-
-
-BULKS = {
-    b.name: b
-    for b in (
-        Bulk("cancel", ("available", "scheduled", "running"), "Cancel", "cancelled or stopping"),
-        Bulk("run-now", ("scheduled",), "Run now", "made due now"),
-        Bulk("replay", ("discarded",), "Replay", "replayed"),
-    )
-}
-
-
-def _bulk(name: object) -> Bulk:
+def _bulk(name: object) -> Action:
     found = BULKS.get(str(name))
     if found is None:
         raise HTTPException(400, f"action must be one of {', '.join(BULKS)}")
     return found
 
 
-def _states(bulk: Bulk, which: finder.JobFilter) -> list[str]:
+def _states(bulk: Action, which: JobFilter) -> list[str]:
     """The states the action touches under this filter; none is a 400 that says why."""
-    if which.state is None:
-        return list(bulk.states)
-    if which.state not in bulk.states:
-        raise HTTPException(
-            400,
-            f"{bulk.verb.lower()} applies to {' or '.join(bulk.states)} jobs, not "
-            f"{which.state} ones",
-        )
-    return [which.state]
+    try:
+        return states_for(bulk, which)
+    except NotApplicable as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 def _before(request: Request) -> int | None:
@@ -87,10 +66,24 @@ def _ids(values: Mapping[str, Any], field: str = "ids") -> list[int]:
     return sorted({int(part) for part in raw})
 
 
+def _filter(site: Site, params: Any) -> JobFilter:
+    """The page's filter; a search naming an encrypted or a redacted key is a 400
+    (supervisor/crypto/search.py)."""
+    which = finder.filter_from(params)
+    problem = search_problem(
+        which.args, protected_keys(site.config, which.kind, redact=site.web.redact)
+    )
+    if problem:
+        raise HTTPException(400, problem)
+    return which
+
+
 def routes(site: Site) -> list[Route]:
     async def jobs(request: Request) -> Response:
-        which = finder.JobFilter.from_query(request.query_params)
-        page = await finder.find(site.pool, which, _before(request))
+        which = _filter(site, request.query_params)
+        page = await finder.find(site.pool, which, _before(request), site.web.redact)
+        for job in page.jobs:  # envelopes as [encrypted: key ID]
+            job["args"] = mask(job["args"])
         return site.render(
             request,
             "jobs.html",
@@ -99,11 +92,12 @@ def routes(site: Site) -> list[Route]:
             states=STATES,
             bulks=BULKS.values(),
             scan=finder.SCAN,
+            suggested=await timeseries.suggestions(site),
         )
 
     async def dry_run(request: Request) -> Response:
         bulk = _bulk(request.query_params.get("action"))
-        which = finder.JobFilter.from_query(request.query_params)
+        which = _filter(site, request.query_params)
         states = _states(bulk, which)
         counted = await finder.dry_run(site.pool, which, states)
         return site.render(
@@ -134,7 +128,7 @@ def routes(site: Site) -> list[Route]:
             )
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         bulk = _bulk(values.get("action"))
-        which = finder.JobFilter.from_query(values)
+        which = _filter(site, values)
         states = _states(bulk, which)
         progress = Progress.of(values)
         try:
@@ -255,5 +249,5 @@ class Progress:
         return min(99, round(100 * (self.acted + self.skipped) / self.total))
 
 
-def back_link(which: finder.JobFilter) -> str:
+def back_link(which: JobFilter) -> str:
     return "/jobs?" + urlencode(which.form())

@@ -18,7 +18,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from supervisor.config.names import unserved_queue
 from supervisor.queue.maintenance import ReplayFilter
+from supervisor.queue.queries import query
 from supervisor.views.text import age
 from supervisor.web import audit
 from supervisor.web.actions import ActionError, Done
@@ -227,6 +229,9 @@ def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> 
             return await queue_page(request)
         if len(parts) == 2 and parts[1] in queue_actions:
             request.scope["path_params"] = {"queue": parts[0]}
+            refusal = await unserved(site, parts[0]) if parts[1] == "pause" else None
+            if refusal:
+                return site.render(request, "error.html", status_code=400, message=refusal)
             return await queue_actions[parts[1]](request)  # type: ignore[no-any-return]
         raise HTTPException(404, "no such page (a queue's name is one percent-encoded segment)")
 
@@ -240,6 +245,23 @@ def routes(site: Site, queue_page: Callable[[Request], Awaitable[Response]]) -> 
         Route("/dead/replay", action(site, "replay dead letters", replay_many), methods=both),
         Route("/dead/purge", action(site, "purge dead letters", purge_many), methods=both),
     ]
+
+
+async def unserved(site: Site, queue: str) -> str | None:
+    """The refusal to pause a queue no pool of the config serves, no job waits in and that is
+    not paused (a typo), naming the closest served queue; None when it is in use or there is
+    no config to tell."""
+    refusal = unserved_queue(site.config, queue) if site.config is not None else None
+    if refusal is None:
+        return None
+    async with site.pool.connection() as conn:
+        row = await (await conn.execute(query("queue_in_use"), {"queue": queue})).fetchone()
+    if row and row[0]:
+        return None
+    return (
+        f"{refusal}, no job waits in it and it is not paused: pausing it would change nothing. "
+        "Pause it ahead of its first job with `pgq-supervisor queues pause --any-queue`"
+    )
 
 
 def queue_path_parts(request: Request) -> list[str]:

@@ -9,18 +9,18 @@ limit applies, only the timeout). The page says when a read stopped at the limit
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 
+from supervisor.queue.bulk import JobFilter, bulk_query
 from supervisor.queue.control import STATES
-from supervisor.queue.queries import parse, sql_text
+from supervisor.shared.redact import row_shown
 from supervisor.web.reads import fetch, server_now, snapshot
 
 SCAN = 200_000  # jobs a read looks at, newest first, before it stops
@@ -28,56 +28,24 @@ PAGE_SIZE = 50
 MAX_ARGS_TEXT = 2_000  # characters of the args filter: a search, not a payload
 
 
-@cache
-def web_query(name: str) -> str:
-    try:
-        return parse(sql_text("dashboard_jobs.sql"))[name]
-    except KeyError:
-        raise KeyError(f"no query named {name!r} in sql/dashboard_jobs.sql") from None
+# One loader and one filter for the dashboard and the command line (supervisor.queue.bulk).
+web_query = bulk_query
 
 
-@dataclass(frozen=True)
-class JobFilter:
-    state: str | None = None
-    queue: str | None = None
-    kind: str | None = None
-    tenant: str | None = None
-    args: dict[str, Any] | None = None
+def filter_from(params: QueryParams | dict[str, str]) -> JobFilter:
+    """The filter typed in the page's form; a bad value is a 400 that names the field (a
+    search naming a protected key is refused by the page: web/bulk.py)."""
 
-    @classmethod
-    def from_query(cls, params: QueryParams | dict[str, str]) -> JobFilter:
-        """The filter typed in the page's form; a bad value is a 400 that names the field."""
+    def text(name: str) -> str | None:
+        value = str(params.get(name, "") or "").strip()
+        if "\0" in value:
+            raise HTTPException(400, f"{name} must not contain a NUL character")
+        return value or None
 
-        def text(name: str) -> str | None:
-            value = str(params.get(name, "") or "").strip()
-            if "\0" in value:
-                raise HTTPException(400, f"{name} must not contain a NUL character")
-            return value or None
-
-        state = text("state")
-        if state is not None and state not in STATES:
-            raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
-        return cls(state, text("queue"), text("kind"), text("tenant"), _args(text("args")))
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "queue": self.queue,
-            "kind": self.kind,
-            "tenant": self.tenant,
-            "args": Jsonb(self.args) if self.args is not None else None,
-        }
-
-    def form(self) -> dict[str, str]:
-        """The filter as the form's fields (and a link's query string)."""
-        values = {k: v for k, v in asdict(self).items() if v is not None and k != "args"}
-        if self.args is not None:
-            values["args"] = json.dumps(self.args, ensure_ascii=False, separators=(", ", ": "))
-        return values
-
-    def words(self) -> str:
-        parts = [f"{k} {v}" for k, v in self.form().items()]
-        return ", ".join(parts) if parts else "no filter"
+    state = text("state")
+    if state is not None and state not in STATES:
+        raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
+    return JobFilter(state, text("queue"), text("kind"), text("tenant"), _args(text("args")))
 
 
 def _args(text: str | None) -> dict[str, Any] | None:
@@ -119,8 +87,14 @@ async def schema(conn: Any) -> Schema:
     return Schema(bool(row["args_index"]))
 
 
-async def find(pool: AsyncConnectionPool[Any], which: JobFilter, before: int | None) -> JobsPage:
-    """One page of matching jobs, newest first, below id ``before``."""
+async def find(
+    pool: AsyncConnectionPool[Any],
+    which: JobFilter,
+    before: int | None,
+    redacted: Collection[str] = (),
+) -> JobsPage:
+    """One page of matching jobs, newest first, below id ``before``, shown with their
+    ``redacted`` keys' values (web.redact) replaced."""
     async with snapshot(pool) as conn:
         await conn.execute(web_query("web_bound"))
         now = await server_now(conn)
@@ -129,7 +103,8 @@ async def find(pool: AsyncConnectionPool[Any], which: JobFilter, before: int | N
         name = "web_find_jobs_by_args" if indexed else "web_find_jobs"
         params = {**which.params(), "before": before, "scan": SCAN, "limit": PAGE_SIZE + 1}
         rows = await fetch(conn, web_query(name), params)
-    return JobsPage(now, rows[:PAGE_SIZE], len(rows) > PAGE_SIZE, indexed, offered)
+    jobs = [row_shown(r, redacted) for r in rows[:PAGE_SIZE]]
+    return JobsPage(now, jobs, len(rows) > PAGE_SIZE, indexed, offered)
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,19 @@ index (sql/dashboard.sql, web_job_history).
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from supervisor.crypto import mask
 from supervisor.queue.control import Errors, JobDetail, errors_of
+from supervisor.queue.costs import cost_query
+from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import query
+from supervisor.shared.redact import shown
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
-from supervisor.web.redact import redact
 
 # History rows shown for one job: one per time it finished (a replayed dead letter finishes
 # again), so a handful at most in practice.
@@ -52,6 +55,8 @@ class JobView:
     job: JobDetail | None  # None: not in pgq.jobs (completed, or purged)
     history: list[Finished]  # newest first
     result: Kept | None = None
+    progress: dict[str, Any] | None = None  # what its handler last said (pgq.job_progress)
+    costs: list[dict[str, Any]] = field(default_factory=list)  # each attempt's, in order
 
     @property
     def errors(self) -> Errors:
@@ -64,15 +69,18 @@ class JobView:
 async def read(
     pool: AsyncConnectionPool[Any], job_id: int, *, redacted: Collection[str] = ()
 ) -> JobView:
-    """The job's view, its arguments' ``redacted`` keys already replaced (web.redact)."""
+    """The job's view, its arguments' ``redacted`` keys already replaced (web.redact), and
+    their values out of its error texts."""
     async with snapshot(pool) as conn:
         now = await server_now(conn)
         async with conn.cursor() as cur:
             await cur.execute(query("job_detail"), {"id": job_id})
             row = await cur.fetchone()
         job = JobDetail(*row) if row is not None else None
+        if job is not None:  # envelopes as [encrypted: key ID] (supervisor/crypto)
+            job = replace(job, args=mask(job.args))
         if job is not None and redacted:
-            job = replace(job, args=redact(job.args, redacted))
+            job = shown(job, redacted)
         params = {
             "id": job_id,
             "since": job.created_at if job is not None else None,
@@ -80,6 +88,8 @@ async def read(
         }
         rows = await fetch(conn, dashboard_query("web_job_history"), params)
         kept = await fetch(conn, query("job_result"), {"id": job_id})
+        said = await fetch(conn, progress_query("read_progress"), {"ids": [job_id]})
+        spent = await fetch(conn, cost_query("job_costs"), {"id": job_id})
     history = [Finished(**{**r, "errors": errors_of(r["errors"])}) for r in rows]
     result = Kept(kept[0]["result"], kept[0]["finished_at"]) if kept else None
-    return JobView(now, job, history, result)
+    return JobView(now, job, history, result, said[0] if said else None, spent)

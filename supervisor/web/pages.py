@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from supervisor.queue.control import STATES
 from supervisor.queue.dsn import scrub
-from supervisor.web import doctor_page, jobpage, reads
+from supervisor.web import controls, doctor_page, graph, jobpage, reads
 from supervisor.web.site import REFRESH_CHOICES, REFRESH_COOKIE, Site, duration, root_path
 
 log = logging.getLogger("pgq.web")
@@ -52,7 +52,8 @@ def queue_page(site: Site) -> Callable[[Request], Awaitable[Response]]:
         page = await reads.queue_jobs(
             site.pool, name, state, _text(request, "kind"), _page(request)
         )
-        return site.render(request, "queue.html", view=page, states=STATES)
+        refusal = await controls.unserved(site, name)
+        return site.render(request, "queue.html", view=page, states=STATES, unserved=refusal)
 
     return queue
 
@@ -61,6 +62,13 @@ def routes(site: Site) -> list[Route]:
     async def overview(request: Request) -> Response:
         data = await reads.overview(site.pool, site.config, site.database, site.throughput)
         return site.render(request, "overview.html", view=data)
+
+    async def go_to_job(request: Request) -> Response:
+        # The header's job-id box: "#4711", " 4711 " and "4711" all go to job 4711.
+        typed = request.query_params.get("id", "").strip().lstrip("#").strip()
+        if not typed.isdigit() or not 0 < int(typed) < 2**63:
+            raise HTTPException(400, f"a job id is a positive whole number, got {typed[:40]!r}")
+        return RedirectResponse(f"{root_path(request)}/jobs/{int(typed)}", status_code=303)
 
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -106,6 +114,16 @@ def routes(site: Site) -> list[Route]:
         view = await doctor_page.read(site.pool, site.config)
         return site.render(request, "doctor.html", view=view)
 
+    async def workflows(request: Request) -> Response:
+        now, found = await graph.recent(site.pool)
+        return site.render(request, "workflows.html", now=now, workflows=found)
+
+    async def workflow(request: Request) -> Response:
+        view = await graph.read(site.pool, request.path_params["workflow_id"])
+        if view.status is None:
+            raise HTTPException(404, f"no workflow {request.path_params['workflow_id']}")
+        return site.render(request, "workflow.html", view=view, now=view.now)
+
     async def refresh(request: Request) -> Response:
         """The header's refresh control: remember the choice, go back to the page."""
         every = request.query_params.get("every", "")
@@ -121,11 +139,14 @@ def routes(site: Site) -> list[Route]:
 
     return [
         Route("/", overview),
+        Route("/jobs/go", go_to_job),
         Route("/refresh", refresh),
         Route("/jobs/{job_id:int}", job),
         Route("/dead", dead),
         Route("/workers", workers),
         Route("/doctor", doctor),
+        Route("/workflows", workflows),
+        Route("/workflows/{workflow_id:int}", workflow),
     ]
 
 

@@ -23,13 +23,26 @@ from psycopg_pool import AsyncConnectionPool
 from supervisor.config import Config, PoolConfig
 from supervisor.queue import limits
 from supervisor.queue.batches import BatchStatus
+from supervisor.queue.costs import cost_query
 from supervisor.queue.limits import LimitUse
+from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import parse, query, sql_text
+from supervisor.queue.scaling import scaling_query
 from supervisor.queue.scheduled import ScheduleRecord
 from supervisor.queue.unknown import UnknownJob
 from supervisor.views import schedules
 from supervisor.views.schedules import ScheduleRow
-from supervisor.views.status import QueueRow, Status, SupervisorView, supervisors_from
+from supervisor.views.status import (
+    COST_WINDOW,
+    UNHANDLED_SAMPLE,
+    QueueRow,
+    Status,
+    SupervisorView,
+    add_progress,
+    running_job_ids,
+    supervisors_from,
+    unhandled_kinds,
+)
 from supervisor.web.throughput import MINUTES, OUTCOMES, Throughput
 
 # Counting stops here, so a page's cost stays flat whatever the table holds; past it the
@@ -117,6 +130,7 @@ class Overview:
     history: bool
     unknown: list[UnknownJob] = field(default_factory=list)
     batches: list[BatchStatus] = field(default_factory=list)
+    top_kinds: list[dict[str, Any]] = field(default_factory=list)  # by CPU, the last hour
 
 
 async def overview(
@@ -169,10 +183,20 @@ async def overview(
             UnknownJob(**r)
             for r in await fetch(conn, query("list_unknown"), {"limit": UNKNOWN_ROWS})
         ]
+        unhandled: list[tuple[str, str, int, int]] = []
+        if config is not None:  # without the YAML nobody here knows which kinds are served
+            params = {"kinds": sorted(config.handlers), "cap": UNHANDLED_SAMPLE}
+            rows = await fetch(conn, query("unhandled_kinds"), params)
+            unhandled = unhandled_kinds(
+                (r["queue"], r["kind"], r["waiting"], r["dead"]) for r in rows
+            )
         batches = [
             BatchStatus(**r)
             for r in await fetch(conn, query("recent_batches"), {"limit": BATCH_ROWS})
         ]
+        top_kinds = await fetch(
+            conn, cost_query("cost_by_kind"), {"seconds": COST_WINDOW, "limit": 10}
+        )
     queues = [figures[name] for name in sorted(figures)]
     status = Status(
         generated_at=now,
@@ -184,6 +208,7 @@ async def overview(
         supervisors=supervisors,
         schedules=schedules.rows(config, records, now) if config else [],
         unknown=unknown_counts,
+        unhandled=unhandled,
         hooked=frozenset(k for k, p in config.jobs.items() if p.reconcile)
         if config
         else frozenset(),
@@ -202,6 +227,7 @@ async def overview(
         history=status.history,
         unknown=unknown,
         batches=batches,
+        top_kinds=top_kinds,
     )
 
 
@@ -211,7 +237,14 @@ async def read_supervisors(conn: AsyncConnection[Any]) -> list[SupervisorView]:
         supervisor_rows = await cur.fetchall()
         await cur.execute(query("list_workers"))
         worker_rows = await cur.fetchall()
-    return supervisors_from(supervisor_rows, worker_rows)
+        await cur.execute(scaling_query("list_scaling"))
+        scaling_rows = await cur.fetchall()
+        found = supervisors_from(supervisor_rows, worker_rows, scaling_rows)
+        ids = running_job_ids(found)
+        if ids:
+            await cur.execute(progress_query("read_progress"), {"ids": ids})
+            add_progress(found, await cur.fetchall())
+    return found
 
 
 async def supervisors(pool: AsyncConnectionPool[Any]) -> tuple[datetime, list[SupervisorView]]:

@@ -21,11 +21,11 @@ from supervisor.config.units import UnitError, parse_duration
 from supervisor.queue.limits import format_rate
 from supervisor.views.status import share
 from supervisor.views.text import age, clock_time
-from supervisor.web import charts
 from supervisor.web.actions import Actions
 from supervisor.web.exposure import Exposure
 from supervisor.web.security import CSRF_FIELD
 from supervisor.web.throughput import Throughput
+from supervisor.web.timeseries import overview_series
 
 FLASH_COOKIE = "pgq_flash"
 # How often a page refreshes its figures, by default; the header's control chooses another
@@ -69,12 +69,17 @@ class Site:
             refresh=refresh_of(request),
             refresh_choices=REFRESH_CHOICES,
             read_only=self.web.read_only,
+            attempt_limit=self.attempt_limit,
             **values,
         )
         response = HTMLResponse(html, status_code=status_code)
         if flash and "hx-request" not in request.headers:
             response.delete_cookie(FLASH_COOKIE, path="/")
         return response
+
+    def attempt_limit(self, kind: str, row_limit: int) -> int:
+        """The one attempts figure (see Config.attempt_limit); the row's without a config."""
+        return self.config.attempt_limit(kind, row_limit) if self.config else row_limit
 
 
 def root_path(request: Request) -> str:
@@ -96,8 +101,7 @@ def templates(folder: Path) -> Environment:
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.filters["rate"] = format_rate
     env.globals["share"] = share
-    env.globals["sparkline"] = charts.sparkline
-    env.globals["bars"] = charts.bars
+    env.globals["spark_json"] = overview_series
     env.globals["zip"] = zip
     env.globals["since"] = lambda now, moment: (
         age((now - moment).total_seconds()) if moment else "-"

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue_many
+from supervisor.queue.claim_builder import VARIANTS
 from supervisor.queue.jobs import claim, claim_params, use_generic_plans
 from supervisor.queue.queries import native
 
@@ -26,7 +27,13 @@ def _values(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     jobs = claim(conn, "default", worker="w", limit=20)
     fence = {"ids": [j.id for j in jobs], "lease_ids": [j.lease_id for j in jobs]}
     return {
-        "claim": claim_params("default", worker="w", limit=10, done=jobs[:10]),
+        # Every variant of the claim (claim_builder), at the batch it is sent for.
+        **{
+            name: claim_params(
+                "default", worker="w", limit=1 if "_one" in name else 10, done=jobs[:10]
+            )
+            for name in VARIANTS
+        },
         "settle": {
             **fence,
             "history": False,
@@ -40,7 +47,7 @@ def _values(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.mark.parametrize("name", ["claim", "settle", "lease_held", "cancel_requested"])
+@pytest.mark.parametrize("name", [*VARIANTS, "settle", "lease_held", "cancel_requested"])
 def test_a_generic_plan_made_on_an_empty_table_reads_a_backlog_by_index(
     conn: psycopg.Connection[Any], name: str
 ) -> None:

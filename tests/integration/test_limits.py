@@ -467,8 +467,9 @@ def test_a_claim_over_many_tenants_spends_each_tenants_tokens(
     assert _claim(conn, 20).jobs == []
 
 
+@pytest.mark.parametrize(("variant", "batch"), [("claim", 5), ("claim_one", 1)])
 def test_a_limited_claim_in_a_childs_session_reads_by_index_and_compiles_nothing(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[Any], variant: str, batch: int
 ) -> None:
     """Every statement the claim runs, its limit functions' included, as auto_explain logs them
     (to this client, as notices) in a session set up as a child's (generic plans, sequential
@@ -499,9 +500,12 @@ def test_a_limited_claim_in_a_childs_session_reads_by_index_and_compiles_nothing
     try:
         for _ in range(3):
             claimed = jobs_api.read_claim(
-                jobs_api.send_claim(conn, "hooks", worker="w", limit=5, done=done), done
+                jobs_api.send_claim(
+                    conn, "hooks", worker="w", limit=batch, done=done, variant=variant
+                ),
+                done,
             )
-            assert len(claimed.jobs) == 5
+            assert len(claimed.jobs) == batch
             done = claimed.jobs
     finally:
         conn.execute("SET auto_explain.log_min_duration = -1")

@@ -276,7 +276,7 @@ def test_enqueue_with_a_tenant(cli: Cli, conn: psycopg.Connection[Any]) -> None:
 def test_enqueue_warns_about_an_unknown_kind_and_an_unserved_queue_but_enqueues(
     cli: Cli, conn: psycopg.Connection[Any]
 ) -> None:
-    result = cli("enqueue", "resize_image", '{"w": 10}', "--any-kind")
+    result = cli("enqueue", "resize_image", '{"w": 10}', "--any-kind", "--any-queue")
     assert result.code == 0
     assert "warning: no handler for kind 'resize_image'" in result.err
     assert "warning: no pool in" in result.err and "queue 'default'" in result.err
@@ -290,7 +290,15 @@ HOSTILE_QUEUE = 'q"; DELETE FROM pgq.jobs; -- 队列 ✓ \\'
 
 
 def test_hostile_names_round_trip(cli: Cli, conn: psycopg.Connection[Any]) -> None:
-    result = cli("enqueue", HOSTILE_KIND, '{"k": "\'\\";"}', "--queue", HOSTILE_QUEUE, "--any-kind")
+    result = cli(
+        "enqueue",
+        HOSTILE_KIND,
+        '{"k": "\'\\";"}',
+        "--queue",
+        HOSTILE_QUEUE,
+        "--any-kind",
+        "--any-queue",
+    )
     assert result.code == 0, result.err
     assert conn.execute("SELECT kind, queue, args FROM pgq.jobs").fetchone() == (
         HOSTILE_KIND,

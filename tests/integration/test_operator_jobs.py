@@ -96,7 +96,7 @@ def test_jobs_retry_runs_a_waiting_retry_now_and_refuses_the_rest(
     assert running.code == 1 and "is running, not waiting" in running.err
     dead = dead_letter(conn)
     refused = cli("jobs", "retry", str(dead))
-    assert refused.code == 1 and f"dlq replay --id {dead}" in refused.err
+    assert refused.code == 1 and f"jobs replay {dead}" in refused.err
 
 
 def test_queues_pause_resume_and_paused(cli: Cli, conn: psycopg.Connection[Any]) -> None:

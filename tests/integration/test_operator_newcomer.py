@@ -138,7 +138,7 @@ def test_a_typod_kind_is_refused_with_a_suggestion(cli: Cli, conn: psycopg.Conne
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
     far = cli("enqueue", "zzz")
     assert far.code == 2 and "kinds: deliver_webhook, render_pdf" in far.err
-    forced = cli("enqueue", "resize_image", "--any-kind")
+    forced = cli("enqueue", "resize_image", "--any-kind", "--any-queue")
     assert forced.code == 0 and "enqueued anyway (--any-kind)" in forced.err
     assert conn.execute("SELECT kind FROM pgq.jobs").fetchone() == ("resize_image",)
 
@@ -146,7 +146,7 @@ def test_a_typod_kind_is_refused_with_a_suggestion(cli: Cli, conn: psycopg.Conne
 def test_pausing_a_queue_nothing_knows_is_refused(cli: Cli, conn: psycopg.Connection[Any]) -> None:
     result = cli("queues", "pause", "pfd")
     assert result.code == 2
-    assert "no queue 'pfd'" in result.err and "--any-queue" in result.err
+    assert "serves queue 'pfd'; did you mean 'pdf'?" in result.err and "--any-queue" in result.err
     assert conn.execute("SELECT count(*) FROM pgq.queue_pauses").fetchone() == (0,)
     # A queue no pool serves but that holds a waiting job is real: it pauses.
     enqueue(conn, "render_pdf", queue="stray")

@@ -499,3 +499,17 @@ def test_a_host_whose_clock_runs_ahead_takes_no_tick_early(
     assert ahead.next_run(time.monotonic()) - time.monotonic() <= 1.1
     on_time.db.close()
     ahead_host.db.close()
+
+
+def test_the_first_seen_line_names_the_tick_its_first_job_is_for(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="pgq")
+    host = _Host(dsn, EVERY_TWO_SECONDS % "skip")
+    start = datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
+    Scheduler(host).run_at(start)  # type: ignore[arg-type]
+    line = next(r.getMessage() for r in caplog.records if "first seen" in r.getMessage())
+    # Recorded at 03:00:00 (the latest tick); its first job is the next one, 03:00:02.
+    assert "first seen at its tick 2026-12-01T03:00:00+00:00" in line
+    assert line.endswith("its first job is for 2026-12-01T03:00:02+00:00"), line
+    host.db.close()

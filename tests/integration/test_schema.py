@@ -58,6 +58,7 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "batch": ("jsonb", False),
         "traceparent": ("text", False),
         "tenant": ("text", False),
+        "debounce_key": ("text", False),
     }
 
 
@@ -75,6 +76,11 @@ def test_claim_index_matches_the_claim_order(conn: psycopg.Connection[Any]) -> N
         "USING btree (lease_until) WHERE (state = 'running'::text)"
     )
     assert "UNIQUE INDEX jobs_unique_key" in indexes["jobs_unique_key"]
+    # A debounce key is held only until its job starts (0065).
+    assert indexes["jobs_debounce_key"].endswith(
+        "USING btree (debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = ANY "
+        "(ARRAY['available'::text, 'scheduled'::text])) AND (started_at IS NULL))"
+    )
     # The ORDER BY of the claim query names the same columns in the same order and direction.
     claim = all_queries()["claim"]
     assert "ORDER BY j.priority DESC, j.run_at, j.id" in claim

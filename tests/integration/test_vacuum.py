@@ -178,3 +178,27 @@ def test_a_vacuum_cut_short_at_stop_leaves_nothing_behind(
         ):
             assert time.monotonic() < deadline, "the vacuum's lock stayed held"
             time.sleep(0.05)
+
+
+def test_a_vacuum_whose_connect_takes_many_steps_starts_between_checks(
+    dsn: str,
+    vacuum: tuple[QueueVacuum, selectors.BaseSelector],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a loaded server a connect needs more than one call's moment of polling. It used to
+    advance only at each check (every 5 s), so it ran out its connect_timeout and the vacuum
+    never ran (issue 30); the loop now advances it every turn, and the vacuum starts once it is
+    made, without waiting for the next check."""
+    monkeypatch.setattr("supervisor.sessions.database.CONNECT_STEP", 0.0)  # one poll a call
+    service, selector = vacuum
+    _dead_rows(dsn, 60)
+    service.dead_rows = _wait_for_stat(dsn, "n_dead_tup", 60)
+    service.run_once()
+    assert service.pending is None and service.connecting  # under way after one check
+    deadline = time.monotonic() + 10
+    while service.pending is None:
+        assert time.monotonic() < deadline, "the vacuum's connect never finished"
+        service.advance()  # what the master's loop does every turn
+        time.sleep(0.01)
+    _wait_done(selector, service.on_readable)
+    assert service.host.counters.vacuums == 1

@@ -194,15 +194,19 @@ def test_the_last_24_hours_from_history(conn: psycopg.Connection[Any], dsn: str)
             (outcome, ago, ago, ago),
         )
 
-    async def steps(client: httpx.AsyncClient) -> httpx.Response:
-        return await client.get("/history")
+    async def steps(client: httpx.AsyncClient) -> tuple[httpx.Response, httpx.Response]:
+        old = await client.get("/history", follow_redirects=True)
+        return old, await client.get("/charts/data?range=day")
 
-    page = with_client(dsn, steps)
-    assert page.status_code == 200
-    assert "jobs completed per hour (2)" in page.text.replace("Throughput: ", "")
-    assert "discarded or cancelled per hour (1)" in page.text
-    assert page.text.count("<rect") >= 3 * 24 - 24  # bars for the hours that had jobs
-    assert "6s" in page.text  # the wait: enqueued 10 s before, started 4 s before the end
+    page, data = with_client(dsn, steps)
+    assert page.status_code == 200 and str(page.url).endswith("/charts?range=day")
+    assert "completed per 15 minutes (2)" in page.text
+    assert "discarded or cancelled per 15 minutes (1)" in page.text
+    series = data.json()
+    assert (sum(series["completed"]), sum(series["failed"])) == (2, 1)
+    assert len(series["t"]) == 96 and series["step"] == 900
+    # The wait: enqueued 10 s before, started 4 s before the end.
+    assert max(w for w in series["wait_p95"] if w is not None) == 6.0
 
 
 def test_the_refresh_control_is_remembered(conn: psycopg.Connection[Any], dsn: str) -> None:

@@ -175,6 +175,52 @@ def test_argument_rows_that_are_not_objects_fail_the_job_not_the_worker(
     assert sup.stop() == 0
 
 
+def test_arguments_that_do_not_fit_the_signature_are_discarded_at_once(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    # One wrong key in a bulk enqueue: before, each was retried as if transient (a TypeError).
+    wrong, missing, inside = _enqueue(
+        ledger,
+        [
+            NewJob("offline", {"secs": 0}, max_attempts=5),
+            NewJob("offline", {}, max_attempts=5),
+            NewJob("inside", {"seconds": 1}, max_attempts=2),
+        ],
+    )
+    sup = supervisor("""
+        handlers:
+          offline: tests.handlers:sleep_offline
+          inside: tests.handlers:type_error_inside
+        pools:
+          main: {processes: 1, queues: {default: 1}}
+    """).start()
+    wait_for(
+        lambda: scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE state = 'discarded'") == 3,
+        30,
+        what="all three discarded",
+    )
+    rows = dict(
+        (r[0], r[1:])
+        for r in query(
+            ledger,
+            "SELECT id, attempts, last_error FROM pgq.jobs WHERE id = ANY(%s)",
+            ([wrong, missing, inside],),
+        )
+    )
+    assert rows[wrong][0] == 1, rows  # the first attempt only, not five
+    assert "unexpected argument 'secs'" in rows[wrong][1]
+    assert "missing argument 'seconds'" in rows[wrong][1]
+    assert "tests.handlers:sleep_offline" in rows[wrong][1]
+    assert "discarded without a retry" in rows[wrong][1]
+    assert rows[missing][0] == 1 and "missing argument 'seconds'" in rows[missing][1]
+    # A TypeError from inside the handler is the handler's failure: retried, both attempts run.
+    assert rows[inside][0] == 2, rows
+    assert "TypeError" in rows[inside][1] and "do not match" not in rows[inside][1]
+    ran = query(ledger, "SELECT job_id FROM test_ledger")
+    assert ran == [(inside,), (inside,)], ran  # the mismatched handler never ran
+    assert sup.stop() == 0
+
+
 @pytest.mark.skipif(not available(), reason="needs the embedded PostgreSQL")
 def test_wrong_password_is_a_clear_error_exit_1_without_the_password(tmp_path: Path) -> None:
     secret = "Wr0ng-S3cret-Pass"

@@ -148,10 +148,11 @@ def test_the_demo_runs_every_job_writes_the_pdfs_and_leaves_nothing_running(
     }
     # The receiver acted on every webhook once.
     assert summary["summary"]["unique_deliveries"] == 8
-    # The invoices were one batch: its then job zipped the 12 PDFs and mailed the archive once.
+    # The invoices were a workflow: its zip step saw the 12 renders' results and zipped their
+    # PDFs, and its mail step mailed that archive once.
     archive = summary["summary"]["archive"]
     assert archive["files"] == 12
-    assert archive["batch"]["total"] == 12 and archive["batch"]["completed"] == 12
+    assert archive["workflow"]["completed"] == 12 and archive["workflow"]["discarded"] == 0
     with zipfile.ZipFile(ROOT / archive["archive"]) as zf:
         assert sorted(zf.namelist()) == [p.name for p in pdfs]
     assert f"zipped 12 PDFs into {archive['archive']}" in output

@@ -214,7 +214,13 @@ def test_reload_replaces_only_the_changed_pool(
         lambda: (p := pool_pids()) and len(p["alpha"]) == 2 and len(p["beta"]) == 1 and p,
         what="titled children",
     )
+    # Weights alone: the same children take them, nothing respawns.
     sup.config.write_text(sup.config.read_text().replace("{a: 1, b: 1}", "{a: 5, b: 1}"))
+    sup.send(signal.SIGHUP)
+    sup.wait_log("reload: pool alpha changed (queue a weight 1 -> 5): 2 running children")
+    assert pool_pids() == before
+    # A queue added: alpha's children are replaced, beta's kept.
+    sup.config.write_text(sup.config.read_text().replace("{a: 5, b: 1}", "{a: 5, b: 1, d: 1}"))
     sup.send(signal.SIGHUP)
     after = wait_for(
         lambda: (

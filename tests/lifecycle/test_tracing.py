@@ -40,13 +40,15 @@ handlers:
 pools:
   main: {processes: 1, queues: {billing: 1}}
 history: {enabled: true}
+web: {redact: [card]}
 """
+SECRET = "4111-SPAN-SECRET"
 
 
-def charge(amount: int, *, job: Any) -> None:
-    """Fails its first attempt, like a payment API that timed out."""
+def charge(amount: int, *, job: Any, card: str = "") -> None:
+    """Fails its first attempt, like a payment API that timed out, quoting the card."""
     if job.attempt == 1:
-        raise RuntimeError("the payment API timed out")
+        raise RuntimeError(f"the payment API timed out for card {card}")
 
 
 def _child(dsn: str, config_path: Path, job_ids: list[int], out: int) -> None:
@@ -113,7 +115,7 @@ def test_an_attempt_continues_the_enqueuers_trace_across_a_fork(
     app_provider.add_span_processor(SimpleSpanProcessor(app_exporter))
     tracer = app_provider.get_tracer("the application")
     with tracer.start_as_current_span("POST /orders") as request_span:
-        first = enqueue(conn, "charge", {"amount": 10}, queue="billing")
+        first = enqueue(conn, "charge", {"amount": 10, "card": SECRET}, queue="billing")
     explicit = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     stolen = enqueue(conn, "charge", {"amount": 11}, queue="refunds", traceparent=explicit)
     parent = request_span.get_span_context()
@@ -162,6 +164,9 @@ def test_an_attempt_continues_the_enqueuers_trace_across_a_fork(
     assert [e["name"] for e in one["events"]] == ["queue-wait", "attempt", "outcome"]
     assert one["attributes"]["pgq.outcome"] == "retried"
     assert one["status"]["status_code"] == "ERROR"
+    # web.redact: the handler's message quoted the card; the span says [redacted] instead.
+    assert "for card [redacted]" in one["status"]["description"]
+    assert SECRET not in json.dumps(got["spans"])
     # The retry: a trace of its own, linked to the enqueuer's span.
     assert two["parent_id"] is None and two["context"]["trace_id"] != trace_id
     assert [(link["context"]["trace_id"], link["context"]["span_id"]) for link in two["links"]] == [

@@ -56,3 +56,17 @@ def test_each_cancel_has_a_word_of_its_own() -> None:
     assert len(board.cancelled_jobs()) == CANCEL_SLOTS
     assert 11 not in board.cancelled_jobs()
     assert 100 + CANCEL_SLOTS - 1 in board.cancelled_jobs()
+
+
+def test_the_claims_held_round_trip_and_say_when_they_do_not_fit() -> None:
+    """The master renews what a child shows here (services/leases.py); a list that does not
+    fit says so, and the master renews that child by worker identity instead."""
+    board = Board(threads=1, unrecorded=2, held=3)
+    assert board.held() == []  # nothing published yet: nothing held
+    board.set_held([(11, 101), (12, 102)])
+    assert board.held() == [(11, 101), (12, 102)]
+    board.set_held([(n, n) for n in range(4)])
+    assert board.held() is None
+    board.set_held([])
+    assert board.held() == []
+    board.close()

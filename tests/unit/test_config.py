@@ -179,6 +179,7 @@ def test_the_example_config_parses_without_importing_handlers() -> None:
         "render_pdf": "examples.pdf:render_invoice",
         "deliver_webhook": "examples.webhooks:deliver_webhook",
         "sync_account": "examples.flaky:sync_account",
+        "zip_invoices": "examples.invoice_workflow:zip_invoices",
         "mail_archive": "examples.archive:mail_archive",
     }
     assert config.external_kinds() == ["mail_archive"]

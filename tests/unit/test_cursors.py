@@ -63,19 +63,39 @@ def test_the_claim_from_the_head_comes_sooner_when_it_is_cheap() -> None:
     cursors.observe([job(1)], 0.0, took=0.001)  # a clean database: due 20 ms later
     assert cursors.for_claim(["q"], 0.01) != []
     assert cursors.for_claim(["q"], 0.02) == []
-    cursors.observe([job(2)], 0.02, took=0.2)  # the dead prefix walked: at most the refresh
-    assert cursors.due_in(0.02) == 1.0
+    now = 0.02
+    for took in (0.004, 0.016, 0.064, 0.2):  # the dead prefix grows: at most the refresh
+        cursors.for_claim(["q"], now)
+        cursors.observe([job(2)], now, took=took)
+        now += took + cursors.due_in(now + took)
+    assert cursors.due_in(now - 1.0) == 1.0
 
 
 def test_the_claim_from_the_head_takes_at_most_a_quarter_of_the_childs_time() -> None:
     """A horizon held for an hour makes the walk from the head cost seconds; every refresh it
     would take the whole child."""
     cursors = ClaimCursors(refresh=1.0)
+    now = 0.0
+    for _ in range(5):  # a walk that long is believed within a few claims from the head
+        cursors.for_claim(["q"], now)
+        cursors.observe([job(1)], now, took=1.8)
+        now += 1.8 + cursors.due_in(now + 1.8)
+    start = now - 7.2
+    assert cursors.for_claim(["q"], start + 7.0) != []  # four walks' time after the last began
+    assert cursors.for_claim(["q"], start + 7.2) == []
+
+
+def test_a_wait_in_a_claim_from_the_head_does_not_postpone_the_next() -> None:
+    """A claim from the head that waited 15 s behind a row lock (its carried outcome's) walked
+    what the last one walked: the next comes within the refresh, not four times 15 s later
+    (issue 30: a late-committed job stayed hidden below the cursors for about 60 s)."""
+    cursors = ClaimCursors(refresh=1.0)
     cursors.for_claim(["q"], 0.0)
-    cursors.observe([job(1)], 0.0, took=1.8)
-    assert cursors.due_in(1.8) == 7.2 - 1.8  # four walks' time after the last began
-    assert cursors.for_claim(["q"], 7.0) != []
-    assert cursors.for_claim(["q"], 7.2) == []
+    cursors.observe([job(1)], 0.0, took=0.002)
+    cursors.for_claim(["q"], 1.0)
+    cursors.observe([job(2)], 1.0, took=15.0)
+    assert cursors.due_in(16.0) == 0.0  # due at once: 20 walks of at most 8 ms after 1.0
+    assert cursors.for_claim(["q"], 16.0) == []
 
 
 def test_cursors_are_bounded() -> None:

@@ -105,7 +105,10 @@ def test_wants_context(func: Callable[..., object], expected: bool) -> None:
     assert wants_context(func) is expected
 
 
-def test_every_failure_is_reported_with_its_kind(write_module: WriteModule) -> None:
+def test_every_failure_is_reported_with_its_kind(
+    write_module: WriteModule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     raises = write_module("raises", "raise RuntimeError('no API key in the environment')\n")
     broken = write_module("broken", "def f(:\n    pass\n")
     exits = write_module("exits", "import sys\nsys.exit(3)\n")
@@ -141,7 +144,9 @@ def test_every_failure_is_reported_with_its_kind(write_module: WriteModule) -> N
         "handlers.exits": f"cannot import module {exits!r}: SystemExit: 3",
         "handlers.missing_module": (
             "cannot import module 'no_such_module_pgq': "
-            "ModuleNotFoundError: No module named 'no_such_module_pgq'"
+            "ModuleNotFoundError: No module named 'no_such_module_pgq' "
+            f"(looked in the working directory {os.getcwd()}: start pgq-supervisor from the "
+            "project root (WorkingDirectory= in a systemd unit) or add it to PYTHONPATH)"
         ),
         "handlers.missing_attribute": f"module {plain!r} has no attribute 'nope'",
         "handlers.not_callable": f"'{plain}:answer' is not callable (it is a int)",
@@ -230,3 +235,22 @@ def test_ensure_cwd_importable_leaves_an_empty_entry_alone(monkeypatch: pytest.M
     monkeypatch.setattr(sys, "path", ["", "/lib"])
     ensure_cwd_importable()
     assert sys.path == ["", "/lib"]
+
+
+def test_a_module_not_found_names_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_module: WriteModule
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # The handler's own module missing: the working directory is the likely cause.
+    with pytest.raises(ConfigError) as caught:
+        load_handlers(config_for({"k": "myapp_not_here.tasks:run"}))
+    assert f"looked in the working directory {elsewhere}" in str(caught.value)
+    assert "project root" in str(caught.value)
+    # A dependency the module imports is missing: a different problem, no such hint.
+    name = write_module("needs_dep", "import some_dependency_not_installed\n")
+    with pytest.raises(ConfigError) as caught:
+        load_handlers(config_for({"k": f"{name}:run"}))
+    assert "some_dependency_not_installed" in str(caught.value)
+    assert "working directory" not in str(caught.value)

@@ -134,15 +134,15 @@ def test_the_package_has_no_import_cycle(package: dict[str, set[str]]) -> None:
 
 
 def test_the_scripts_have_no_import_cycle() -> None:
-    # Each kind of script (benchmarks, drills, demo, tools) is run from its own folder, which
-    # is on its path: its modules import each other by their names there.
+    # Each kind of script (benchmarks, drills, demo, model, tools) is run from its own folder,
+    # which is on its path: its modules import each other by their names there.
     kinds = sorted(
         path for path in SCRIPTS.iterdir() if path.is_dir() and path.name != "__pycache__"
     )
-    assert [kind.name for kind in kinds] == ["benchmarks", "demo", "drills", "tools"]
+    assert [kind.name for kind in kinds] == ["benchmarks", "demo", "drills", "model", "tools"]
     for kind in kinds:
         edges = graph(kind, "")
-        assert any(edges.values()) or kind.name == "tools", f"{kind}: no import seen"
+        assert any(edges.values()) or kind.name in ("model", "tools"), f"{kind}: no import seen"
         assert cycles(edges) == []
 
 
@@ -232,3 +232,15 @@ def test_the_walls_would_be_seen(tmp_path: Path) -> None:
         "supervisor.master.c": set(),
     }
     assert crossings(leaky, CHILD, MASTER, SERVICES) == {"supervisor.master.c"}
+
+
+def test_the_scripts_index_names_every_script() -> None:
+    """scripts/README.md says what each script prints: a new one is listed there too."""
+    index = (SCRIPTS / "README.md").read_text(encoding="utf-8")
+    scripts = [
+        path
+        for path in sorted(SCRIPTS.glob("*/*"))
+        if path.suffix in (".py", ".sh") and not path.name.startswith("__")
+    ]
+    assert scripts, "no script found"
+    assert [p.name for p in scripts if f"`{p.name}`" not in index] == []

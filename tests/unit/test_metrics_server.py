@@ -45,11 +45,13 @@ def fake_master(**processes: int) -> Any:
         counters=MasterCounters(),
         db=SimpleNamespace(reachable=True),
         stopping=False,
+        scaling=SimpleNamespace(states={}),
     )
 
 
 def view_of(master: Any) -> Callable[[], MasterView]:
     """The view the real master hands its metrics, built from the stand-in's state."""
+    master.pool_view = lambda runtime: Master.pool_view(master, runtime)
     return lambda: Master.metrics_view(master)
 
 

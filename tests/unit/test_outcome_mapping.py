@@ -87,3 +87,19 @@ def test_the_executor_and_run_inline_map_an_attempt_alike(
         func, kind="k", attempt=attempt, max_attempts=3, lease_held=lease, cancelled=cancel
     )
     assert (_executor_says(func, attempt, lease, cancel), inline.status) == (expected, expected)
+
+
+def takes_seconds(seconds: float, *, job: JobContext) -> None:
+    pass
+
+
+def test_arguments_that_do_not_fit_are_discarded_by_both_alike() -> None:
+    config = parse_config(YAML, source="queues.yaml")
+    executor = one_kind_executor(config, takes_seconds, wants_context=True)
+    job = claimed_job()
+    job.args["secs"] = 1
+    settlement = executor.run(job)
+    assert settlement is not None and settlement.label == "discarded"
+    assert "unexpected argument 'secs'" in (settlement.error or "")
+    inline = run_inline(takes_seconds, {"secs": 1})
+    assert inline.status == "discard" and "unexpected argument 'secs'" in (inline.error or "")

@@ -52,6 +52,15 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     for role in sql_roles():
         assert f"supervisor/sql/{role}" in names
     assert "supervisor/sql/migrations/0005_control.sql" in names
+    # Every function's file (migrate applies them after the migrations) and the schema file.
+    functions = sorted(path.name for path in (ROOT / "sql" / "functions").glob("*.sql"))
+    assert functions and all(f"supervisor/sql/functions/{name}" in names for name in functions)
+    assert "supervisor/sql/schema.sql" in names
+    # Every package of the source tree (a room added to supervisor/ must be listed in pyproject).
+    packages = {
+        str(init.parent.relative_to(ROOT)) for init in (ROOT / "supervisor").rglob("__init__.py")
+    }
+    assert {p for p in packages if f"{p}/__init__.py" not in names} == set()
     assert "supervisor/testing.py" in names
     # The dashboard's SQL, templates and vendored htmx (a page without them renders nothing).
     assert "supervisor/sql/dashboard.sql" in names
@@ -59,6 +68,10 @@ def test_the_wheel_installs_only_the_supervisor_package(wheel: zipfile.ZipFile) 
     assert "supervisor/doctor/horizon.py" in names
     assert "supervisor/web/templates/overview.html" in names
     assert "supervisor/web/static/htmx.min.js" in names
+    # The charts' library (uPlot, vendored from npm: no network at run time) and its licence.
+    for vendored in ("uplot.min.js", "uplot.min.css", "uplot.LICENSE.txt", "charts.js"):
+        assert f"supervisor/web/static/{vendored}" in names, vendored
+    assert "supervisor/sql/charts.sql" in names and "supervisor/sql/operator.sql" in names
     # /jobs' SQL, the optional args index, the editors' JSON Schema.
     assert "supervisor/sql/dashboard_jobs.sql" in names
     assert "supervisor/sql/optional/jobs_args_index.sql" in names

@@ -368,3 +368,19 @@ def worker_processes(name: str, log_dir: Path) -> Iterator[WorkerProcesses]:
 
 def default_log_dir() -> Path:
     return Path(os.environ.get("BENCH_LOG_DIR", "/tmp/pgq-bench-logs")) / str(os.getpid())
+
+
+# The last commit whose migrations still carried the functions' bodies (before sql/functions/,
+# issue 29): where a benchmark finds an earlier release's definition of a function.
+BODIES_IN_MIGRATIONS = "16bc6bb"
+
+
+def migration_at(name: str, ref: str = BODIES_IN_MIGRATIONS) -> str:
+    """The text of sql/migrations/``name`` as commit ``ref`` had it (needs the git history)."""
+    root = Path(__file__).resolve().parents[3]
+    return subprocess.run(
+        ["git", "-C", str(root), "show", f"{ref}:sql/migrations/{name}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout

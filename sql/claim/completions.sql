@@ -1,0 +1,24 @@
+-- The completions a claim carries: the jobs this worker finished since its last claim, deleted
+-- in the claim's own transaction, so that a batch costs one statement and one commit.
+
+-- name: done
+-- The jobs in %(done_ids)s, fenced on (id, %(done_lease_ids)s) (empty arrays when there are
+-- none). Only running jobs have a lease_id (a table constraint), and the plan must look each id
+-- up by primary key: psycopg prepares statements it runs often, and a generic plan for
+-- "state = 'running'" would scan every running job for every id. By primary key, each id's
+-- lease looked up beside it: a join with the unnested pairs is hashed over the whole table in a
+-- generic plan made while the table was small.
+DELETE FROM pgq.jobs AS j
+WHERE j.id = ANY (%(done_ids)s::bigint[])
+  AND j.lease_id = (%(done_lease_ids)s::bigint[])[
+      array_position(%(done_ids)s::bigint[], j.id)]
+RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors, j.batch_id
+
+-- name: recorded
+-- With %(history)s, a compact history row for each (with the errors of its earlier attempts:
+-- null, and free, for a job that never failed).
+INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
+                             finished_at, errors)
+SELECT id, queue, kind, 'completed', attempts, created_at, started_at, now(), errors
+FROM done
+WHERE %(history)s

@@ -1,0 +1,59 @@
+-- name: claimed
+-- Attempts are counted here, so a job that kills its worker every time still runs out of
+-- attempts. By primary key, for as many ids as the caps kept. A join against them would do, but
+-- a prepared statement's generic plan takes LIMIT %(limit)s for a tenth of the table and hashes
+-- the whole table to join it; PostgreSQL then plans the statement afresh at every run instead
+-- (0.6 ms of planning per claim). = ANY keeps the generic plan to index look-ups.
+UPDATE pgq.jobs AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    lease_id = token.lease_id,
+    locked_by = %(worker)s,
+    lease_until = now() + make_interval(secs => %(lease_seconds)s::float8),
+    started_at = now()
+FROM token
+WHERE j.id = ANY (ARRAY(SELECT id FROM {kept}))
+RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max_attempts,
+          j.lease_id, j.lease_until, j.created_at, j.batch, j.traceparent, j.tenant
+
+-- name: reply
+-- Rows: one per claimed job, then one last row whose final column holds the ids of the finished
+-- jobs that were still ours (null when none was): a finished job missing from it had lost its
+-- lease to another worker, and its result was dropped. Its column `limit_wait` is set when a
+-- limit held every job back: the seconds until the next rate token promised to this claim is
+-- due (the child may sleep that long); -1 when a queue-wide concurrency limit is full. The
+-- claim without limits adds a column `limits_found` (allowances.sql, no_limits).
+--
+-- The finished jobs' results and batch counts ride on this last row, read once from `done`:
+-- %(results)s is a JSON array of [id, value] pairs ('[]' when none returned anything), kept in
+-- pgq.job_results for the jobs still ours (pgq.keep_results, only when some job returned
+-- something); a finished job of a batch counts down its batch (pgq.batch_ended, only when some
+-- job belongs to a batch), which enqueues the batch's `then` job when it was the last. They run
+-- after the claim (so the batch counters' row locks are held for the commit alone), and the
+-- claim's own text stays within the 1,024 characters pg_stat_activity keeps of a query.
+SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
+       created_at, batch, traceparent, tenant, NULL::bigint[] AS completed,
+       NULL::float8 AS limit_wait{limits_column}
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       d.ids, {wait}{limits_value}
+FROM (
+    SELECT array_agg(id) AS ids,
+           array_agg(kind) AS kinds,
+           array_agg(attempts) AS attempts,
+           array_agg(id) FILTER (WHERE batch_id IS NOT NULL) AS members,
+           array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL) AS batches
+    FROM done
+) AS d
+CROSS JOIN LATERAL (
+    SELECT CASE
+               WHEN d.ids IS NOT NULL AND %(results)s::text <> '[]'
+               THEN pgq.keep_results(d.ids, d.kinds, d.attempts, %(results)s::jsonb)
+           END AS kept,
+           CASE
+               WHEN d.members IS NOT NULL
+               THEN pgq.batch_ended(d.members, d.batches,
+                                    array_fill('completed'::text, ARRAY[cardinality(d.members)]))
+           END AS ended
+) AS side

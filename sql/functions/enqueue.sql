@@ -1,0 +1,117 @@
+-- pgq.enqueue: its current definition (applied by migrate after the numbered
+-- migrations, whenever this file changes; see sql/functions/README.md).
+-- Last changed by migration 0042 (an unknown job holds its key: its holder is returned) before
+-- the functions had files of their own.
+
+-- The signatures it had before: two overloads would make every call by name
+-- ambiguous, so a database still holding one loses it here.
+DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text);
+DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
+
+CREATE OR REPLACE FUNCTION pgq.enqueue(
+    kind          text,
+    args          jsonb       DEFAULT '{}',
+    queue         text        DEFAULT 'default',
+    priority      integer     DEFAULT 0,
+    run_at        timestamptz DEFAULT NULL,
+    max_attempts  integer     DEFAULT 10,
+    unique_key    text        DEFAULT NULL,
+    tenant        text        DEFAULT NULL,
+    traceparent   text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Inside statements on pgq.jobs a bare name is the column; the arguments are named enqueue.x.
+#variable_conflict use_column
+DECLARE
+    job_id  bigint;
+    size    integer;
+BEGIN
+    IF kind IS NULL OR btrim(kind) = '' THEN
+        RAISE EXCEPTION 'pgq.enqueue: kind must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF char_length(kind) > 200 THEN
+        RAISE EXCEPTION 'pgq.enqueue: kind is % characters long; the limit is 200',
+            char_length(kind) USING ERRCODE = '22023';
+    END IF;
+    IF queue IS NULL OR btrim(queue) = '' THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: queue must not be empty', quote_literal(kind)
+            USING ERRCODE = '22023';
+    END IF;
+    IF char_length(queue) > 200 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: queue is % characters long; the limit is 200',
+            quote_literal(kind), char_length(queue) USING ERRCODE = '22023';
+    END IF;
+    IF args IS NULL OR jsonb_typeof(args) <> 'object' THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: args must be a JSON object, not %',
+            quote_literal(kind), coalesce(jsonb_typeof(args), 'null') USING ERRCODE = '22023';
+    END IF;
+    size := octet_length(args::text);
+    IF size > 262144 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: args are % bytes of JSON; the limit is 262144 bytes',
+            quote_literal(kind), size USING ERRCODE = '22023';
+    END IF;
+    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: priority % is outside -32768..32767',
+            quote_literal(kind), priority USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts IS NULL OR max_attempts < 1 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: max_attempts must be at least 1, got %',
+            quote_literal(kind), max_attempts USING ERRCODE = '22023';
+    END IF;
+    IF unique_key IS NOT NULL AND (btrim(unique_key) = '' OR char_length(unique_key) > 200) THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: unique_key must be 1 to 200 characters',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    IF traceparent IS NOT NULL
+       AND traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: traceparent must be a W3C trace context, got %',
+            quote_literal(kind), quote_literal(left(traceparent, 80)) USING ERRCODE = '22023';
+    END IF;
+    IF tenant IS NOT NULL AND (btrim(tenant) = '' OR char_length(tenant) > 200
+                               OR tenant ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: tenant must be 1 to 200 printable characters',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    LOOP
+        -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
+        -- masters' stagers; a job due now wakes its queue's workers.
+        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                                   unique_key, tenant, traceparent)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                coalesce(enqueue.run_at, now()),
+                CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
+                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
+        -- `id > 0` (always true) makes both unique indexes the arbiters (0041 says why).
+        ON CONFLICT (unique_key)
+            WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+              AND id > 0
+        DO NOTHING
+        RETURNING j.id INTO job_id;
+        IF job_id IS NOT NULL THEN
+            IF enqueue.run_at > now() THEN
+                IF pgq.wakes_stagers(enqueue.run_at) THEN
+                    PERFORM pg_notify('pgq_scheduled', '');
+                END IF;
+            -- A due job wakes its queue only while a master has raised its wake-up flag
+            -- (0021_enqueue_wakeups: no NOTIFY, and so no commit lock, in every transaction).
+            ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                          WHERE f.queue = enqueue.queue AND f.wanted) THEN
+                PERFORM pgq.take_wakeups(enqueue.queue);
+            END IF;
+            RETURN job_id;
+        END IF;
+        SELECT j.id INTO job_id
+        FROM pgq.jobs AS j
+        WHERE j.unique_key = enqueue.unique_key
+          AND j.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND j.id > 0;
+        IF job_id IS NOT NULL THEN
+            RETURN job_id;
+        END IF;
+        -- The holder of the key finished between the insert and the look-up: try again.
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,166 @@
+-- Debounce (issue 33): `enqueue(..., unique_key=K, debounce=SECONDS)`. While a job enqueued
+-- with debounce key K has not started, a new debounced enqueue of K replaces its arguments and
+-- moves its run_at to now + SECONDS; once it has started (running, unknown, retrying, ended), a
+-- new job is enqueued, due in SECONDS.
+--
+-- Why a column of its own rather than unique_key: a unique key is held while its job runs and
+-- while its outcome is unknown (0041), and a debounced enqueue must then make a second job. So
+-- a debounced job keeps its key in debounce_key (unique_key stays NULL): the unique index over
+-- it (0065) covers only jobs that have not started (started_at IS NULL: the claim sets it, and
+-- nothing clears it, so a job given back, retried or replayed never re-enters the index and
+-- cannot collide with the job debounced after it). Debounce keys and unique keys are apart: a
+-- plain unique enqueue of K does not meet a debounced job of K.
+--
+-- A nullable column without a default: a catalog change only, no table rewrite. pgq.enqueue
+-- gains `debounce interval` (a new signature, so the old one is dropped; EXECUTE stays public,
+-- as for every pgq function but the partition tools). Its upsert names 0065's index as its
+-- arbiter; PL/pgSQL plans a statement at its first run, so the function can come first.
+
+ALTER TABLE pgq.jobs ADD COLUMN debounce_key text;
+
+DROP FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text);
+
+CREATE FUNCTION pgq.enqueue(
+    kind          text,
+    args          jsonb       DEFAULT '{}',
+    queue         text        DEFAULT 'default',
+    priority      integer     DEFAULT 0,
+    run_at        timestamptz DEFAULT NULL,
+    max_attempts  integer     DEFAULT 10,
+    unique_key    text        DEFAULT NULL,
+    tenant        text        DEFAULT NULL,
+    traceparent   text        DEFAULT NULL,
+    debounce      interval    DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+-- Inside statements on pgq.jobs a bare name is the column; the arguments are named enqueue.x.
+#variable_conflict use_column
+DECLARE
+    job_id  bigint;
+    size    integer;
+BEGIN
+    IF kind IS NULL OR btrim(kind) = '' THEN
+        RAISE EXCEPTION 'pgq.enqueue: kind must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF char_length(kind) > 200 THEN
+        RAISE EXCEPTION 'pgq.enqueue: kind is % characters long; the limit is 200',
+            char_length(kind) USING ERRCODE = '22023';
+    END IF;
+    IF queue IS NULL OR btrim(queue) = '' THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: queue must not be empty', quote_literal(kind)
+            USING ERRCODE = '22023';
+    END IF;
+    IF char_length(queue) > 200 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: queue is % characters long; the limit is 200',
+            quote_literal(kind), char_length(queue) USING ERRCODE = '22023';
+    END IF;
+    IF args IS NULL OR jsonb_typeof(args) <> 'object' THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: args must be a JSON object, not %',
+            quote_literal(kind), coalesce(jsonb_typeof(args), 'null') USING ERRCODE = '22023';
+    END IF;
+    size := octet_length(args::text);
+    IF size > 262144 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: args are % bytes of JSON; the limit is 262144 bytes',
+            quote_literal(kind), size USING ERRCODE = '22023';
+    END IF;
+    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: priority % is outside -32768..32767',
+            quote_literal(kind), priority USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts IS NULL OR max_attempts < 1 THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: max_attempts must be at least 1, got %',
+            quote_literal(kind), max_attempts USING ERRCODE = '22023';
+    END IF;
+    IF unique_key IS NOT NULL AND (btrim(unique_key) = '' OR char_length(unique_key) > 200) THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: unique_key must be 1 to 200 characters',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    IF traceparent IS NOT NULL
+       AND traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: traceparent must be a W3C trace context, got %',
+            quote_literal(kind), quote_literal(left(traceparent, 80)) USING ERRCODE = '22023';
+    END IF;
+    IF tenant IS NOT NULL AND (btrim(tenant) = '' OR char_length(tenant) > 200
+                               OR tenant ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: tenant must be 1 to 200 printable characters',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    IF debounce IS NOT NULL THEN
+        IF unique_key IS NULL THEN
+            RAISE EXCEPTION 'pgq.enqueue: job %: debounce needs a unique_key (the key it debounces)',
+                quote_literal(kind) USING ERRCODE = '22023';
+        END IF;
+        IF run_at IS NOT NULL THEN
+            RAISE EXCEPTION 'pgq.enqueue: job %: give debounce or run_at, not both',
+                quote_literal(kind) USING ERRCODE = '22023';
+        END IF;
+        IF debounce < interval '0' OR debounce > interval '100 years' THEN
+            RAISE EXCEPTION 'pgq.enqueue: job %: debounce must be zero to a century, got %',
+                quote_literal(kind), debounce USING ERRCODE = '22023';
+        END IF;
+        -- One statement: a concurrent debounce of the same key waits on the row's lock and
+        -- then updates it, or inserts when the row it waited for has started meanwhile.
+        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                                   debounce_key, tenant, traceparent)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                now() + debounce,
+                CASE WHEN debounce > interval '0' THEN 'scheduled' ELSE 'available' END,
+                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
+        ON CONFLICT (debounce_key)
+            WHERE debounce_key IS NOT NULL AND state IN ('available', 'scheduled')
+              AND started_at IS NULL
+        DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at, state = EXCLUDED.state
+        RETURNING j.id INTO job_id;
+        IF debounce > interval '0' THEN
+            IF pgq.wakes_stagers(now() + debounce) THEN
+                PERFORM pg_notify('pgq_scheduled', '');
+            END IF;
+        ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                      WHERE f.queue = enqueue.queue AND f.wanted) THEN
+            PERFORM pgq.take_wakeups(enqueue.queue);
+        END IF;
+        RETURN job_id;
+    END IF;
+    LOOP
+        -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
+        -- masters' stagers; a job due now wakes its queue's workers.
+        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                                   unique_key, tenant, traceparent)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                coalesce(enqueue.run_at, now()),
+                CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
+                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
+        -- `id > 0` (always true) makes both unique indexes the arbiters (0041 says why).
+        ON CONFLICT (unique_key)
+            WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
+              AND id > 0
+        DO NOTHING
+        RETURNING j.id INTO job_id;
+        IF job_id IS NOT NULL THEN
+            IF enqueue.run_at > now() THEN
+                IF pgq.wakes_stagers(enqueue.run_at) THEN
+                    PERFORM pg_notify('pgq_scheduled', '');
+                END IF;
+            -- A due job wakes its queue only while a master has raised its wake-up flag
+            -- (0021_enqueue_wakeups: no NOTIFY, and so no commit lock, in every transaction).
+            ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                          WHERE f.queue = enqueue.queue AND f.wanted) THEN
+                PERFORM pgq.take_wakeups(enqueue.queue);
+            END IF;
+            RETURN job_id;
+        END IF;
+        SELECT j.id INTO job_id
+        FROM pgq.jobs AS j
+        WHERE j.unique_key = enqueue.unique_key
+          AND j.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND j.id > 0;
+        IF job_id IS NOT NULL THEN
+            RETURN job_id;
+        END IF;
+        -- The holder of the key finished between the insert and the look-up: try again.
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,197 @@
+"""The claim statement, composed from its named pieces in sql/claim/.
+
+A worker's round trip is one statement (one transaction, one commit): delete the jobs it
+finished since its last claim, then claim the next batch across its pool's queues. Its steps,
+each a named piece in a file of sql/claim/ (docs/claim-order.md says what each costs):
+
+  completions.sql  done, recorded        the finished jobs carried, deleted and recorded
+  token.sql        token                 one fencing token for the batch
+  allowances.sql   allowance, ...        what the queues' limits allow, the caps, held_back
+  walk.sql         walk, probe, cursor   the tenants visited, one index probe each
+  quota.sql        quota                 each tenant's share of the batch
+  pick.sql         next, passes, pick    each tenant's best due jobs, locked
+  aging.sql        aged_pick             the same in a queue that ages: by effective priority
+  order.sql        claim_order, ...      the claim order and its two halves, written once
+  reply.sql        claimed, reply        the jobs marked running, the row of what was completed
+
+A piece names the pieces it contains as ``{name}``; the builder fills a slot with the piece of
+that name, or with a value it passes for that one use (the columns a half of the order returns,
+the LIMIT a pass takes). What the server receives is the text ``statement`` returns: still with
+``%(name)s`` placeholders, which ``queries.native_text`` turns into ``$n``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from supervisor.queue.sql_files import native_text, parse, sql_dir
+
+_SLOT = re.compile(r"\{(?P<name>[a-z_]+)\}")
+
+
+@cache
+def pieces() -> dict[str, str]:
+    """Every named piece of sql/claim/, by name (a name is defined once across the files)."""
+    found: dict[str, str] = {}
+    for path in sorted((sql_dir() / "claim").glob("*.sql")):
+        named = parse(path.read_text(encoding="utf-8"), f"sql/claim/{path.name}")
+        twice = sorted(set(named) & set(found))
+        if twice:
+            raise ValueError(f"sql/claim/{path.name}: pieces {twice} are defined twice")
+        found.update(named)
+    return found
+
+
+def piece(name: str, **values: str) -> str:
+    """The piece ``name`` with its slots filled: a slot named in ``values`` by that value, any
+    other by the piece of its name (itself filled the same way, without ``values``)."""
+    try:
+        text = pieces()[name]
+    except KeyError:
+        raise KeyError(f"sql/claim/: no piece named {name!r}") from None
+    unused = sorted(set(values) - set(m["name"] for m in _SLOT.finditer(text)))
+    if unused:
+        raise ValueError(f"sql/claim/ piece {name!r} has no slot {unused}")
+
+    def fill(match: re.Match[str]) -> str:
+        slot = match["name"]
+        filling = values[slot] if slot in values else piece(slot)
+        # Continuation lines indented so that the statement still reads as SQL in
+        # pg_stat_activity and EXPLAIN: a statement under its slot's column, a fragment inside
+        # a line (a condition, a clause) under that line's indentation.
+        line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+        inside = line.strip() and not line.rstrip().endswith("(")
+        column = len(line) - len(line.lstrip()) if inside else len(line)
+        return filling.replace("\n", "\n" + " " * column)
+
+    return _SLOT.sub(fill, text)
+
+
+def _cte(names_and_bodies: list[tuple[str, str]], reply: str) -> str:
+    parts = [
+        f"{name} AS (\n    " + body.replace("\n", "\n    ") + "\n)"
+        for name, body in names_and_bodies
+    ]
+    return "WITH " + ",\n".join(parts) + "\n" + reply
+
+
+def _past_cursor() -> dict[str, str]:
+    """The walk's probe of a cursor's tenant: order.sql's two halves after the cursor's key."""
+    common = {
+        "guard": "k.tenant IS NOT NULL\n  AND ",
+        "tenant": "k.tenant",
+        "priority": "k.priority",
+        "due": "",
+        "take": "1",
+        "lock": "",
+    }
+    return {
+        "past_cursor_same": piece(
+            "same_priority",
+            columns="j.priority::integer AS kp, j.run_at AS kr, j.id AS ki",
+            past=">",
+            run_at="k.run_at",
+            id="k.id",
+            **common,
+        ),
+        "past_cursor_lower": piece(
+            "lower_priorities", columns="j.priority, j.run_at, j.id", **common
+        ),
+    }
+
+
+def _pick(take: str) -> str:
+    """A pass's pick of tenant v: order.sql's two halves from the walk's key, due, locked."""
+    common = {
+        "columns": "j.id",
+        "guard": "",
+        "tenant": "v.tenant",
+        "priority": "v.kp",
+        "due": "\nAND j.run_at <= now()",
+        "take": take,
+        "lock": "\nFOR UPDATE SKIP LOCKED",
+    }
+    plain = piece(
+        "pick",
+        same=piece("same_priority", past=">=", run_at="v.kr", id="v.ki", **common),
+        lower=piece("lower_priorities", **common),
+    )
+    # A queue that ages its jobs (aging.sql) picks by effective priority instead.
+    return piece("pick_or_aged", plain=plain, aged=piece("aged_pick", take=take))
+
+
+def _next(limits: bool, second_pass: bool) -> str:
+    walk = piece(
+        "walk",
+        probe=piece("probe", **_past_cursor()),
+        queue_allowance=piece("queue_allowance" if limits else "no_limits"),
+        tenant_room=piece("tenant_room" if limits else "unlimited_room"),
+    )
+    first = piece("first_pass", pick_jobs=_pick("v.jobs"))
+    # A batch of one: the first pass alone (see ``variant``).
+    passes = piece("passes", first_pass=first, pick_room=_pick("v.room")) if second_pass else first
+    if limits:  # numbered for the caps
+        return piece("next", walk=walk, passes=piece("numbered", passes=passes), nth=", pick.nth")
+    return piece("next", walk=walk, passes=passes, nth="")
+
+
+# The variants, by name: (with limits, with the second pass). Each is a statement the server
+# plans once per session; the child sends the leanest that is right for its claim (variant).
+VARIANTS = {
+    "claim": (True, True),
+    "claim_one": (True, False),
+    "claim_unlimited": (False, True),
+    "claim_one_unlimited": (False, False),
+}
+
+
+def variant(*, limits: bool, batch: int) -> str:
+    """The claim variant for a batch of ``batch`` jobs, ``limits``: whether the database may
+    hold limits (False only once a claim said it has none: the unlimited variants claim nothing
+    when one exists, and say so). A batch of one needs no second pass: the first gives every
+    tenant visited a share of at least one job, which is the whole batch."""
+    return ("claim_one" if batch == 1 else "claim") + ("" if limits else "_unlimited")
+
+
+@cache
+def statement(name: str = "claim") -> str:
+    """The claim variant ``name`` as the server receives it (with ``%(name)s`` placeholders).
+
+    ``claim``: every step. ``_one``: without the second pass (a batch of one). ``_unlimited``:
+    the claim of a database without limits (no row in pgq.queue_limits): no allowance, caps or
+    held_back, a tenant's room the batch; it claims nothing once a limit exists and says so
+    (``limits_found`` in its last row)."""
+    if name not in VARIANTS:
+        raise ValueError(f"no claim variant {name!r} (known: {', '.join(VARIANTS)})")
+    limits, second_pass = VARIANTS[name]
+    steps = [
+        ("done", piece("done")),
+        ("recorded", piece("recorded")),
+        ("token", piece("token")),
+    ]
+    if limits:
+        steps.append(("allowance", piece("allowance")))
+    steps.append(("next", _next(limits, second_pass)))
+    if limits:
+        steps.append(("capped", piece("capped")))
+    steps.append(("claimed", piece("claimed", kept="capped" if limits else "next")))
+    if limits:
+        steps.append(("held_back", piece("held_back")))
+        reply = piece(
+            "reply", wait="(SELECT wait FROM held_back)", limits_column="", limits_value=""
+        )
+    else:
+        reply = piece(
+            "reply",
+            wait="NULL::float8",
+            limits_column=",\nNULL::boolean AS limits_found",
+            limits_value=",\n" + piece("limits_found"),
+        )
+    return _cte(steps, reply)
+
+
+@cache
+def native(name: str = "claim") -> tuple[str, tuple[str, ...]]:
+    """``statement`` with PostgreSQL's own ``$n`` placeholders and their names in order."""
+    return native_text(statement(name))
