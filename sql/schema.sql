@@ -142,6 +142,7 @@ CREATE TABLE pgq.jobs (
     batch_id bigint,
     batch jsonb,
     traceparent text,
+    debounce_key text,
     CONSTRAINT jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts >= 1))),
     CONSTRAINT jobs_fenced_iff_running CHECK (((state = 'running'::text) = (lease_id IS NOT NULL))),
     CONSTRAINT jobs_kind_check CHECK ((kind <> ''::text)),
@@ -461,6 +462,9 @@ CREATE INDEX jobs_claim ON pgq.jobs USING btree (queue, priority DESC, run_at, i
 
 -- index jobs_claim_tenant
 CREATE INDEX jobs_claim_tenant ON pgq.jobs USING btree (queue, COALESCE(tenant, ''::text) COLLATE "C", priority DESC, run_at, id) WHERE (state = 'available'::text);
+
+-- index jobs_debounce_key
+CREATE UNIQUE INDEX jobs_debounce_key ON pgq.jobs USING btree (debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'scheduled'::text])) AND (started_at IS NULL));
 
 -- index jobs_discarded
 CREATE INDEX jobs_discarded ON pgq.jobs USING btree (finished_at) WHERE (state = 'discarded'::text);

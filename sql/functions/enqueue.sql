@@ -1,12 +1,13 @@
 -- pgq.enqueue: its current definition (applied by migrate after the numbered
 -- migrations, whenever this file changes; see sql/functions/README.md).
--- Last changed by migration 0042 (an unknown job holds its key: its holder is returned) before
--- the functions had files of their own.
+-- Last changed by 0064 (debounce => interval, issue 33); before it, 0042 (an unknown job holds
+-- its key: its holder is returned).
 
 -- The signatures it had before: two overloads would make every call by name
 -- ambiguous, so a database still holding one loses it here.
 DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text);
 DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
+DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text);
 
 CREATE OR REPLACE FUNCTION pgq.enqueue(
     kind          text,
@@ -17,7 +18,8 @@ CREATE OR REPLACE FUNCTION pgq.enqueue(
     max_attempts  integer     DEFAULT 10,
     unique_key    text        DEFAULT NULL,
     tenant        text        DEFAULT NULL,
-    traceparent   text        DEFAULT NULL
+    traceparent   text        DEFAULT NULL,
+    debounce      interval    DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -74,6 +76,42 @@ BEGIN
                                OR tenant ~ '[[:cntrl:]]') THEN
         RAISE EXCEPTION 'pgq.enqueue: job %: tenant must be 1 to 200 printable characters',
             quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    IF debounce IS NOT NULL THEN
+        IF unique_key IS NULL THEN
+            RAISE EXCEPTION 'pgq.enqueue: job %: debounce needs a unique_key (the key it debounces)',
+                quote_literal(kind) USING ERRCODE = '22023';
+        END IF;
+        IF run_at IS NOT NULL THEN
+            RAISE EXCEPTION 'pgq.enqueue: job %: give debounce or run_at, not both',
+                quote_literal(kind) USING ERRCODE = '22023';
+        END IF;
+        IF debounce < interval '0' OR debounce > interval '100 years' THEN
+            RAISE EXCEPTION 'pgq.enqueue: job %: debounce must be zero to a century, got %',
+                quote_literal(kind), debounce USING ERRCODE = '22023';
+        END IF;
+        -- One statement: a concurrent debounce of the same key waits on the row's lock and
+        -- then updates it, or inserts when the row it waited for has started meanwhile.
+        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                                   debounce_key, tenant, traceparent)
+        VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                now() + debounce,
+                CASE WHEN debounce > interval '0' THEN 'scheduled' ELSE 'available' END,
+                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
+        ON CONFLICT (debounce_key)
+            WHERE debounce_key IS NOT NULL AND state IN ('available', 'scheduled')
+              AND started_at IS NULL
+        DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at, state = EXCLUDED.state
+        RETURNING j.id INTO job_id;
+        IF debounce > interval '0' THEN
+            IF pgq.wakes_stagers(now() + debounce) THEN
+                PERFORM pg_notify('pgq_scheduled', '');
+            END IF;
+        ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
+                      WHERE f.queue = enqueue.queue AND f.wanted) THEN
+            PERFORM pgq.take_wakeups(enqueue.queue);
+        END IF;
+        RETURN job_id;
     END IF;
     LOOP
         -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
