@@ -214,6 +214,7 @@ def move(cell: str, cluster: Cluster, before: str) -> dict[str, Any]:
     other = next(n for n in NODES if n != before)
     said = ""
     figures: dict[str, Any] = {}
+    killed = cluster.postmaster_pid(before)
     if cell == "switchover":
         said = cluster.switchover()
     elif cell == "postmaster-kill":
@@ -222,16 +223,37 @@ def move(cell: str, cluster: Cluster, before: str) -> dict[str, Any]:
         cluster.crash_leader()
     else:
         cluster.cut()
+    # What a look found is kept: asking again after the wait could meet a REST call that
+    # fails under load and read no primary at all.
+    found: dict[str, str | None] = {}
+
+    def primary_is(node: str | None) -> bool:
+        if node is None:
+            # Patroni still calls the node primary until it notices its postmaster died: the
+            # primary is back once a new postmaster (here or elsewhere) takes writes.
+            leader = cluster.leader()
+            if leader == before and _postmaster_pid(cluster, before) in (None, killed):
+                leader = None
+            if (
+                leader is not None
+                and cluster.sql(leader, "SELECT NOT pg_is_in_recovery()") is not True
+            ):
+                leader = None
+        else:
+            leader = node if cluster.role(node) in ("primary", "master") else None
+        if leader is not None:
+            found["leader"] = leader
+        return leader is not None
+
     if cell in MUST_MOVE:
         # The old leader may still call itself primary for a while (cut off, it has not yet
         # noticed): what counts is the other node taking over.
         with contextlib.suppress(TimeoutError):
-            wait("the primary moved", lambda: cluster.role(other) in ("primary", "master"), 60)
-        after = other if cluster.role(other) in ("primary", "master") else cluster.leader()
+            wait("the primary moved", lambda: primary_is(other), 60)
     else:
         with contextlib.suppress(TimeoutError):
-            wait("a primary again", lambda: cluster.leader() is not None, 90)
-        after = cluster.leader()
+            wait("a primary again", lambda: primary_is(None), 90)
+    after = found.get("leader") or cluster.leader()
     figures["primary_before"], figures["primary_after"] = before, after
     figures["moved"] = after is not None and after != before
     figures["seconds_to_primary"] = round(time.time() - moved_at, 1)
@@ -239,6 +261,13 @@ def move(cell: str, cluster: Cluster, before: str) -> dict[str, Any]:
         figures["refusal"] = cluster.refusal(before, moved_at) or said[-300:]
     figures["_moved_at"] = moved_at
     return figures
+
+
+def _postmaster_pid(cluster: Cluster, node: str) -> int | None:
+    try:
+        return cluster.postmaster_pid(node)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def idle_pickups(dsn: str, ledger: Path, count: int = 8) -> list[float]:
