@@ -320,6 +320,48 @@ SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del) FILTER (WHERE schemaname 
        clock_timestamp() AS at
 FROM pg_stat_user_tables;
 
+-- name: replication
+-- The replication this server takes part in, as the doctor's report shows it: whether it is a
+-- standby (the queue needs the primary), the synchronous settings, and each standby streaming
+-- from it: its state, whether it is synchronous, how far behind it is (bytes of WAL not yet
+-- replayed, and the lag times PostgreSQL measures) and the xmin it sends through
+-- hot_standby_feedback (which holds this server's horizon), read from its replication slot
+-- when it streams through one. On a standby: what its WAL
+-- receiver sees and how long ago it replayed the last transaction. No parameters.
+SELECT json_build_object(
+    'in_recovery', pg_is_in_recovery(),
+    'synchronous_standby_names', current_setting('synchronous_standby_names'),
+    'synchronous_commit', current_setting('synchronous_commit'),
+    'hot_standby_feedback', current_setting('hot_standby_feedback'),
+    'standbys', (
+        SELECT coalesce(json_agg(r ORDER BY r.application_name), '[]'::json)
+        FROM (
+            SELECT r.application_name, host(r.client_addr) AS client, r.state, r.sync_state,
+                   CASE WHEN pg_is_in_recovery() THEN NULL
+                        ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn)::bigint
+                   END AS replay_lag_bytes,
+                   extract(epoch FROM r.replay_lag)::float8 AS replay_lag_seconds,
+                   extract(epoch FROM r.flush_lag)::float8 AS flush_lag_seconds,
+                   -- Through a replication slot (as Patroni streams), the standby's
+                   -- feedback xmin is kept in the slot, and backend_xmin stays null.
+                   coalesce(r.backend_xmin, s.xmin)::text AS backend_xmin,
+                   age(coalesce(r.backend_xmin, s.xmin)) AS xid_age,
+                   s.slot_name
+            FROM pg_stat_replication AS r
+            LEFT JOIN pg_replication_slots AS s ON s.active_pid = r.pid
+        ) AS r
+    ),
+    'receiver', (
+        SELECT json_build_object('status', status, 'sender_host', sender_host,
+                                 'sender_port', sender_port)
+        FROM pg_stat_wal_receiver
+    ),
+    'replay_delay_seconds', CASE WHEN pg_is_in_recovery() THEN
+        extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 END,
+    'unreplayed_bytes', CASE WHEN pg_is_in_recovery() THEN
+        pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint END
+);
+
 -- name: any_limit
 -- Whether the database holds a limit: the claim variant children send depends on it
 -- (supervisor.queue.claim_builder.variant). The first key, by the primary key.

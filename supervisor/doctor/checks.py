@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 
 from supervisor.config import Config
-from supervisor.doctor import claim, headroom, horizon, pressure, vacuum
+from supervisor.doctor import claim, headroom, horizon, pressure, replication, vacuum
 from supervisor.doctor.check import Check
 from supervisor.doctor.runner import Family, Probe, bound, run_families
 
@@ -19,6 +19,7 @@ def families() -> list[Family]:
         claim.family(),
         pressure.family(),
         headroom.family(),
+        replication.family(),
     ]
 
 

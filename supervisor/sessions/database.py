@@ -186,8 +186,20 @@ class MasterDatabase:
 
     def _failed(self, conn: psycopg.Connection[Any], what: str, exc: psycopg.Error) -> None:
         """A statement failed on a session that is still good: say so, and leave the session
-        clean for the next one."""
-        log.error("%s failed: %s", what, str(exc).strip())
+        clean for the next one. A lock timeout is no fault of the statement: the rows were
+        held past LOCK_TIMEOUT, as by a primary cut off from its synchronous standby (each of
+        its commits keeps its locks until the standby answers, which it cannot): a warning,
+        and the work is tried again on its next turn."""
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            log.warning(
+                "%s waited past the lock timeout (%s) for rows another session holds (a long "
+                "transaction, or commits waiting for a synchronous standby); trying again on "
+                "its next turn",
+                what,
+                self.timeouts[1] if self.timeouts else "the server's",
+            )
+        else:
+            log.error("%s failed: %s", what, str(exc).strip())
         with contextlib.suppress(psycopg.Error):
             if not conn.autocommit:
                 conn.rollback()
