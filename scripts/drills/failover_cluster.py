@@ -2,9 +2,9 @@
 owned by the postgres user, and the ways its primary is made to move.
 
 With ``cut=True`` node1 (the first leader) runs in a network namespace of its own, joined to
-this one by two veth pairs with test addresses only: the *cluster link* (10.231.4.1 here,
-10.231.4.2 there) carries etcd, replication and Patroni's REST calls; the *client link*
-(10.231.5.1 / 10.231.5.2) carries the supervisors' and the producer's sessions. Setting the
+this one by two veth pairs with test addresses only: the *cluster link* (a /30 in 10.231.0.0/16)
+carries etcd, replication and Patroni's REST calls; the *client link* (a /30 in 10.232.0.0/16)
+carries the supervisors' and the producer's sessions. Setting the
 cluster link down cuts node1 off from etcd and the replica while clients still reach it: the
 partition a cluster manager exists for. The packets are dropped, not refused (no RST), as on a
 real network.
@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -28,12 +29,13 @@ from typing import Any
 import psycopg
 import yaml
 
-ETCD_CLIENT = 23790
-ETCD_PEER = 23800
-NODES = {"node1": (55431, 8101), "node2": (55432, 8102)}
+NODES = ("node1", "node2")
 LOOPBACK = "127.0.0.1"
-CLUSTER_HERE, CLUSTER_THERE = "10.231.4.1", "10.231.4.2"
-CLIENT_HERE, CLIENT_THERE = "10.231.5.1", "10.231.5.2"
+# The links' /30s are chosen per cluster (from its tag), as its ports are: a drill killed half way
+# leaves interfaces and processes behind, and the next one must not trip over them.
+CLUSTER_NET, CLIENT_NET = "10.231", "10.232"
+# How much of each log a failed start quotes, so that CI says why.
+_LOG_TAIL = 30
 # What Patroni says when it will not (yet) switch over: logged by the leader after the request.
 _REFUSAL = re.compile(
     r"(manual failover: .*|Member \S+ is .*|.*not possible.*|.*exceeds maximum.*|"
@@ -53,6 +55,35 @@ def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on now, on loopback and on every address (etcd and Patroni bind
+    both). Held open together so that the kernel hands out distinct ones."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("", 0))
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+def link_pair(net: str, tag: int) -> tuple[str, str]:
+    """The two host addresses of the tag's /30 in ``net``/16: (here, there)."""
+    base = (tag % 16383 + 1) * 4  # block 0 is the partition drill's (10.231.0.0/30)
+    return f"{net}.{base // 256}.{base % 256 + 1}", f"{net}.{base // 256}.{base % 256 + 2}"
+
+
+def tail(path: Path, lines: int = _LOG_TAIL) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:]) or "(empty)"
+
+
 def wait(what: str, check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,6 +100,12 @@ class Cluster:
         self.cut_mode = cut
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         tag = os.getpid() % 10000
+        etcd_client, etcd_peer, *node_ports = free_ports(2 + 2 * len(NODES))
+        self.etcd_client, self.etcd_peer = etcd_client, etcd_peer
+        # name -> (PostgreSQL port, REST port)
+        self.ports = {n: (node_ports[2 * i], node_ports[2 * i + 1]) for i, n in enumerate(NODES)}
+        self.cluster_here, self.cluster_there = link_pair(CLUSTER_NET, tag)
+        self.client_here, self.client_there = link_pair(CLIENT_NET, tag)
         self.ns = f"pgqfo{tag}"
         self.links = {
             "cluster": (f"pgqfc{tag}", f"pgqfC{tag}"),
@@ -77,29 +114,39 @@ class Cluster:
         shutil.chown(work, "postgres", "postgres")
 
     # -- addresses -------------------------------------------------------------------------
+    def pg_port(self, name: str) -> int:
+        return self.ports[name][0]
+
+    def rest_port(self, name: str) -> int:
+        return self.ports[name][1]
+
+    def client_address(self, name: str) -> str:
+        """host:port of the node's PostgreSQL, as clients reach it."""
+        return f"{self.client_host(name)}:{self.pg_port(name)}"
+
     def client_host(self, name: str) -> str:
         """Where clients (and this drill's probes) reach the node's PostgreSQL and REST API."""
-        return CLIENT_THERE if self.cut_mode and name == "node1" else LOOPBACK
+        return self.client_there if self.cut_mode and name == "node1" else LOOPBACK
 
     def peer_host(self, name: str) -> str:
         """Where the other node and etcd's members reach it (Patroni's connect_address)."""
         if not self.cut_mode:
             return LOOPBACK
-        return CLUSTER_THERE if name == "node1" else CLUSTER_HERE
+        return self.cluster_there if name == "node1" else self.cluster_here
 
     def etcd_host(self) -> str:
-        return CLUSTER_HERE if self.cut_mode else LOOPBACK
+        return self.cluster_here if self.cut_mode else LOOPBACK
 
     def client_hosts(self) -> str:
-        return ",".join(f"{self.client_host(n)}:{port}" for n, (port, _) in NODES.items())
+        return ",".join(self.client_address(n) for n in NODES)
 
     # -- the namespace ---------------------------------------------------------------------
     def _make_namespace(self) -> None:
         sh("ip", "netns", "add", self.ns)
         sh("ip", "netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
         for (here_if, there_if), here, there in (
-            (self.links["cluster"], CLUSTER_HERE, CLUSTER_THERE),
-            (self.links["client"], CLIENT_HERE, CLIENT_THERE),
+            (self.links["cluster"], self.cluster_here, self.cluster_there),
+            (self.links["client"], self.client_here, self.client_there),
         ):
             sh("ip", "link", "add", here_if, "type", "veth", "peer", "name", there_if)
             sh("ip", "link", "set", there_if, "netns", self.ns)
@@ -117,10 +164,22 @@ class Cluster:
 
     # -- life ------------------------------------------------------------------------------
     def start(self) -> None:
+        try:
+            self._start()
+        except TimeoutError as exc:
+            logs = "\n".join(
+                f"--- {name}.log (last {_LOG_TAIL} lines) ---\n{tail(self.work / f'{name}.log')}"
+                for name in ("etcd", *NODES)
+            )
+            raise TimeoutError(
+                f"{exc} (ports {self.ports}, etcd {self.etcd_client})\n{logs}"
+            ) from exc
+
+    def _start(self) -> None:
         if self.cut_mode:
             self._make_namespace()
-        etcd = self.etcd_host()
-        listen = {f"http://{LOOPBACK}:{ETCD_CLIENT}", f"http://{etcd}:{ETCD_CLIENT}"}
+        etcd, port = self.etcd_host(), self.etcd_client
+        listen = {f"http://{LOOPBACK}:{port}", f"http://{etcd}:{port}"}
         self.procs["etcd"] = self._spawn(
             "etcd",
             [
@@ -129,10 +188,10 @@ class Cluster:
                 f"--data-dir={self.work / 'etcd'}",
                 f"--listen-client-urls={','.join(sorted(listen))}",
                 # Patroni's etcd client reconnects to the advertised URLs: one node1 reaches too.
-                f"--advertise-client-urls=http://{etcd}:{ETCD_CLIENT}",
-                f"--listen-peer-urls=http://{LOOPBACK}:{ETCD_PEER}",
-                f"--initial-advertise-peer-urls=http://{LOOPBACK}:{ETCD_PEER}",
-                f"--initial-cluster=e1=http://{LOOPBACK}:{ETCD_PEER}",
+                f"--advertise-client-urls=http://{etcd}:{port}",
+                f"--listen-peer-urls=http://{LOOPBACK}:{self.etcd_peer}",
+                f"--initial-advertise-peer-urls=http://{LOOPBACK}:{self.etcd_peer}",
+                f"--initial-cluster=e1=http://{LOOPBACK}:{self.etcd_peer}",
             ],
         )
         for name in NODES:
@@ -144,10 +203,10 @@ class Cluster:
             wait("a synchronous standby", self.has_sync_standby, 60)
 
     def node_config(self, name: str) -> Path:
-        port, rest = NODES[name]
+        port, rest = self.ports[name]
         peer = self.peer_host(name)
         if self.cut_mode:
-            hosts = [LOOPBACK, peer] + ([CLIENT_THERE] if name == "node1" else [])
+            hosts = [LOOPBACK, peer] + ([self.client_there] if name == "node1" else [])
             rest_listen = f"0.0.0.0:{rest}" if name == "node1" else f"{peer}:{rest}"
         else:
             hosts, rest_listen = [LOOPBACK], f"{LOOPBACK}:{rest}"
@@ -156,7 +215,7 @@ class Cluster:
             "namespace": "/pgqdrill/",
             "name": name,
             "restapi": {"listen": rest_listen, "connect_address": f"{peer}:{rest}"},
-            "etcd3": {"hosts": f"{self.etcd_host()}:{ETCD_CLIENT}"},
+            "etcd3": {"hosts": f"{self.etcd_host()}:{self.etcd_client}"},
             "bootstrap": {
                 "dcs": {
                     "ttl": 10,
@@ -194,8 +253,9 @@ class Cluster:
                     "local all all trust",
                     "host all all 127.0.0.1/32 trust",
                     "host replication all 127.0.0.1/32 trust",
-                    "host all all 10.231.0.0/16 trust",
-                    "host replication all 10.231.0.0/16 trust",
+                    f"host all all {CLUSTER_NET}.0.0/16 trust",
+                    f"host replication all {CLUSTER_NET}.0.0/16 trust",
+                    f"host all all {CLIENT_NET}.0.0/16 trust",
                 ],
             },
         }
@@ -226,7 +286,7 @@ class Cluster:
 
     # -- looks -----------------------------------------------------------------------------
     def rest(self, name: str, path: str) -> tuple[int, dict[str, Any]]:
-        _, port = NODES[name]
+        port = self.rest_port(name)
         host = self.client_host(name) if name == "node1" else self.peer_host(name)
         try:
             with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=3) as r:
@@ -251,7 +311,7 @@ class Cluster:
 
     def sql(self, name: str, query: str) -> Any:
         """One value from the node, or None when it does not answer."""
-        port, _ = NODES[name]
+        port = self.pg_port(name)
         try:
             with psycopg.connect(
                 host=self.client_host(name),

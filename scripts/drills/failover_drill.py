@@ -320,9 +320,7 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
         before = cluster.leader()
         assert before is not None
         if cell == "network-cut":
-            prober = Prober(
-                {n: f"{cluster.client_host(n)}:{port}" for n, (port, _) in NODES.items()}, DATABASE
-            )
+            prober = Prober({n: cluster.client_address(n) for n in NODES}, DATABASE)
             prober.start(before)
             time.sleep(1.0)
         figures = move(cell, cluster, before)
@@ -346,7 +344,7 @@ def run_cell(cell: str, *, synchronous: bool, seconds: float, rate: int) -> dict
         with contextlib.suppress(TimeoutError):
             wait("every committed job run", drained, 60)
         idle = idle_pickups(dsn, ledger)
-        hosts = {n: f"{cluster.client_host(n)}:{port}" for n, (port, _) in NODES.items()}
+        hosts = {n: cluster.client_address(n) for n in NODES}
         with contextlib.suppress(TimeoutError):  # the old leader back, streaming (rewound)
             wait("a streaming replica again", cluster.has_streaming_replica, 30)
         result["doctor"] = doctor_looks(hosts, DATABASE, result["primary_after"] or before)

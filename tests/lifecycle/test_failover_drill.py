@@ -37,7 +37,7 @@ def cells() -> dict[str, dict[str, Any]]:
         check=False,
     )
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert rows, done.stderr[-3000:]
+    assert rows, done.stderr[-8000:]
     return {row["cell"]: row for row in rows}
 
 
