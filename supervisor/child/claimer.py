@@ -93,7 +93,7 @@ class Claimer:
         cursors = self.cursors.for_claim(order, now)
         if self.aging:
             cursors = [c for c in cursors if c[0] not in self.aging]
-        variant = claim_builder.variant(limits=self.limits, batch=limit)
+        variant = claim_builder.variant(limits=self.limits, batch=limit, aging=bool(self.aging))
 
         def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
             return jobs_api.send_claim(

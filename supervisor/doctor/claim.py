@@ -62,9 +62,10 @@ def batch_for(config: Config, queue: str) -> int:
 def explain(probe: Probe, queue: str, pages: int) -> Check:
     name = f"claim.plan[{queue}]"
     limit = batch_for(probe.config, queue)
-    params = claim_params(queue, worker="pgq-doctor:explain", limit=limit)
+    aging = probe.config.aging.of([queue])
+    params = claim_params(queue, worker="pgq-doctor:explain", limit=limit, aging=aging)
     limits = bool(probe.conn.execute(doctor_query("any_limit")).fetchone()[0])  # type: ignore[index]
-    variant = claim_builder.variant(limits=limits, batch=limit)
+    variant = claim_builder.variant(limits=limits, batch=limit, aging=bool(aging))
     statement = sql.SQL(" ").join(
         [sql.SQL(doctor_query("explain_options")), sql.SQL(query(variant))]
     )

@@ -365,6 +365,9 @@ class Master(Slots, Reaping, Stopping):
         wake_at += [c.kill_at for c in self.children.values() if c.kill_at is not None]
         if self.stop_deadline is not None:
             wake_at.append(self.stop_deadline)
+        recheck = self.wakeups.next_due()
+        if recheck is not None:
+            wake_at.append(recheck)
         timeout = min(1.0, max(0.0, min(wake_at, default=now + 1.0) - now))
         if any(db.connect_under_way for db in self.connecting_sessions()):
             timeout = min(timeout, CONNECTING_WAIT)

@@ -10,11 +10,16 @@ down and send none. The master raises it again when a child goes to sleep after 
 the queue still sleep.
 
 Raising a flag races with an enqueue whose statement read it down just before: that job is
-not notified. So whenever a flag actually goes up, the master wakes a child of the queue once
-more: its claim, which starts after the flag is visible, finds every job committed before. What
-is left is a job whose transaction read the flag before it went up and committed after that
-claim began; the child's next claim finds it (it follows the next job's wake-up, the end of a
-running batch, or at the latest the poll interval). docs/enqueue_wakeups.md states the bound.
+not notified. Any claim of the queue that begins after the flag is visible finds every job
+committed before, so whenever a flag actually goes up the master watches for one: the children
+of the queue's pools show on their boards when they claim. Usually one comes at once (the child
+just woken finishes its job and claims again, carrying its completion); if none has begun within
+RECHECK, the master wakes a child of the queue itself. (It used to wake one at every raise: with
+two idle children, every job then cost an empty claim of the other, a second claim a job, and
+the idle pickup paid for it.) What is left is a job whose transaction read the flag before it
+went up and committed after that claim began; the child's next claim finds it (it follows the
+next job's wake-up, the end of a running batch, or at the latest the poll interval).
+docs/enqueue_wakeups.md states the bound.
 
 The master's belief of which flags are up is refreshed every REASSERT seconds (a NOTIFY lost
 with a listener connection would otherwise leave a flag down); the write then only touches a
@@ -28,11 +33,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from supervisor.queue.queries import query
-from supervisor.shared.board import State
+from supervisor.shared.board import Counter, State
 
 if TYPE_CHECKING:
     from supervisor.config import PoolConfig
-    from supervisor.master.children import Slot
+    from supervisor.master.children import Child, Slot
     from supervisor.sessions.database import MasterDatabase
 
 
@@ -58,6 +63,28 @@ class FlagHost(Protocol):
 # How often the master writes every flag it wants up, whatever it believes: a bound on how long
 # a flag taken while the listener was reconnecting stays down (idle children still poll).
 REASSERT = 1.0
+# How long after raising a flag the master waits for a claim of the queue to begin (one that
+# covers the race in the module's note) before it wakes a child for that claim itself: what a
+# job enqueued in the race may wait beyond it.
+RECHECK = 0.05
+
+
+def claims_begun(child: Child) -> int:
+    """The claims ``child`` has begun: those it finished, and the one under way if any."""
+    board = child.board
+    return board.counter(Counter.CLAIMS) + (board.state == State.CLAIMING)
+
+
+class Recheck:
+    """A raised flag's watch: the claims each child of the queue had begun at the raise."""
+
+    def __init__(self, due: float, begun: list[tuple[Child, int]]) -> None:
+        self.due = due
+        self.begun = begun
+
+    def covered(self) -> bool:
+        """Whether a child of the queue began a claim after the raise."""
+        return any(not c.closed and claims_begun(c) > n for c, n in self.begun)
 
 
 class WakeupFlags:
@@ -66,6 +93,7 @@ class WakeupFlags:
         self.up: set[str] = set()  # flags this master believes are up
         self.to_raise: set[str] = set()
         self.next_reassert = 0.0
+        self.rechecks: dict[str, Recheck] = {}
 
     @property
     def enabled(self) -> bool:
@@ -75,6 +103,15 @@ class WakeupFlags:
 
     def served(self) -> set[str]:
         return {q for rt in self.master.pools.values() for q in rt.config.queues}
+
+    def children_of(self, queue: str) -> list[Child]:
+        return [
+            slot.child
+            for runtime in self.master.pools.values()
+            if queue in runtime.config.queues
+            for slot in runtime.slots
+            if slot.child is not None
+        ]
 
     def sleeps(self, queue: str) -> bool:
         """Whether a child of a pool serving ``queue`` waits for a wake-up: idle, or threaded
@@ -115,11 +152,13 @@ class WakeupFlags:
         self.next_reassert = 0.0
 
     def flush(self) -> None:
-        """A step of the master's turn: write the flags that must go up, then wake a child of
-        each queue whose flag did go up (see the module's note on the race)."""
+        """A step of the master's turn: write the flags that must go up, and watch each one
+        that did go up for a claim of its queue (see the module's note on the race)."""
         if not self.enabled or self.master.stopping:
+            self.rechecks.clear()
             return
         now = time.monotonic()
+        self.recheck(now)
         if now >= self.next_reassert:
             self.next_reassert = now + REASSERT
             self.up.clear()
@@ -137,8 +176,26 @@ class WakeupFlags:
             return  # the database is away: kept for the next turn
         self.to_raise.clear()
         self.up.update(queues)
+        # Read after the raise committed: a claim begun later sees every job committed before.
+        due = time.monotonic() + RECHECK
         for queue in dict.fromkeys(raised):
-            self.master.wake_queue(queue)
+            earlier = self.rechecks.get(queue)
+            begun = [(c, claims_begun(c)) for c in self.children_of(queue)]
+            self.rechecks[queue] = Recheck(min(due, earlier.due) if earlier else due, begun)
+
+    def recheck(self, now: float) -> None:
+        """Each raised flag's watch: done when a claim of its queue has begun since the raise;
+        past its time, a child of the queue is woken for that claim."""
+        for queue, watch in list(self.rechecks.items()):
+            if watch.covered():
+                del self.rechecks[queue]
+            elif now >= watch.due:
+                del self.rechecks[queue]
+                self.master.wake_queue(queue)
+
+    def next_due(self) -> float | None:
+        """When the master must look at the watches again, if any is open."""
+        return min((w.due for w in self.rechecks.values()), default=None)
 
     def configure(self) -> None:
         """After a start or a reload: forget the flags of queues no pool serves any more."""
@@ -147,6 +204,7 @@ class WakeupFlags:
         keep = sorted(self.served())
         self.up &= set(keep)
         self.to_raise &= set(keep)
+        self.rechecks = {q: w for q, w in self.rechecks.items() if q in keep}
         params = {"supervisor_id": self.master.supervisor_id, "keep": keep}
         self.master.db.run(
             "wake-up flags", lambda conn: conn.execute(query("forget_wakeups"), params)

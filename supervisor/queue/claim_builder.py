@@ -101,7 +101,7 @@ def _past_cursor() -> dict[str, str]:
     }
 
 
-def _pick(take: str) -> str:
+def _pick(take: str, aging: bool) -> str:
     """A pass's pick of tenant v: order.sql's two halves from the walk's key, due, locked."""
     common = {
         "columns": "j.id",
@@ -117,41 +117,60 @@ def _pick(take: str) -> str:
         same=piece("same_priority", past=">=", run_at="v.kr", id="v.ki", **common),
         lower=piece("lower_priorities", **common),
     )
+    if not aging:
+        return plain
     # A queue that ages its jobs (aging.sql) picks by effective priority instead.
     return piece("pick_or_aged", plain=plain, aged=piece("aged_pick", take=take))
 
 
-def _next(limits: bool, second_pass: bool) -> str:
+def _next(limits: bool, second_pass: bool, aging: bool) -> str:
     walk = piece(
         "walk",
         probe=piece("probe", **_past_cursor()),
         queue_allowance=piece("queue_allowance" if limits else "no_limits"),
         tenant_room=piece("tenant_room" if limits else "unlimited_room"),
     )
-    first = piece("first_pass", pick_jobs=_pick("v.jobs"))
+    first = piece("first_pass", pick_jobs=_pick("v.jobs", aging))
     # A batch of one: the first pass alone (see ``variant``).
-    passes = piece("passes", first_pass=first, pick_room=_pick("v.room")) if second_pass else first
+    if second_pass:
+        passes = piece("passes", first_pass=first, pick_room=_pick("v.room", aging))
+    else:
+        passes = first
     if limits:  # numbered for the caps
         return piece("next", walk=walk, passes=piece("numbered", passes=passes), nth=", pick.nth")
     return piece("next", walk=walk, passes=passes, nth="")
 
 
-# The variants, by name: (with limits, with the second pass). Each is a statement the server
-# plans once per session; the child sends the leanest that is right for its claim (variant).
+def _name(limits: bool, second_pass: bool, aging: bool) -> str:
+    return (
+        ("claim" if second_pass else "claim_one")
+        + ("" if limits else "_unlimited")
+        + ("" if aging else "_unaged")
+    )
+
+
+# The variants, by name: (with limits, with the second pass, with the aged pick). Each is a
+# statement the server plans once per session; the child sends the leanest that is right for
+# its claim (variant). Each step a variant leaves out is one measured to cost every claim that
+# has no use for it: the aged pick's nodes (38 of an empty batch-10 claim's 118) took 0.2 of its
+# 0.48 ms on the server, though behind a one-time filter they never run (executor start-up and
+# shutdown walk every node; scripts/benchmarks/idle_claim_cost.py).
 VARIANTS = {
-    "claim": (True, True),
-    "claim_one": (True, False),
-    "claim_unlimited": (False, True),
-    "claim_one_unlimited": (False, False),
+    _name(limits, second_pass, aging): (limits, second_pass, aging)
+    for aging in (True, False)
+    for limits in (True, False)
+    for second_pass in (True, False)
 }
 
 
-def variant(*, limits: bool, batch: int) -> str:
+def variant(*, limits: bool, batch: int, aging: bool) -> str:
     """The claim variant for a batch of ``batch`` jobs, ``limits``: whether the database may
     hold limits (False only once a claim said it has none: the unlimited variants claim nothing
-    when one exists, and say so). A batch of one needs no second pass: the first gives every
-    tenant visited a share of at least one job, which is the whole batch."""
-    return ("claim_one" if batch == 1 else "claim") + ("" if limits else "_unlimited")
+    when one exists, and say so); ``aging``: whether any queue of the claim ages its jobs (the
+    unaged variants pick in the plain claim order whatever the aging parameter says). A batch
+    of one needs no second pass: the first gives every tenant visited a share of at least one
+    job, which is the whole batch."""
+    return _name(limits, batch != 1, aging)
 
 
 @cache
@@ -161,10 +180,11 @@ def statement(name: str = "claim") -> str:
     ``claim``: every step. ``_one``: without the second pass (a batch of one). ``_unlimited``:
     the claim of a database without limits (no row in pgq.queue_limits): no allowance, caps or
     held_back, a tenant's room the batch; it claims nothing once a limit exists and says so
-    (``limits_found`` in its last row)."""
+    (``limits_found`` in its last row). ``_unaged``: without the aged pick (no queue of the
+    claim ages)."""
     if name not in VARIANTS:
         raise ValueError(f"no claim variant {name!r} (known: {', '.join(VARIANTS)})")
-    limits, second_pass = VARIANTS[name]
+    limits, second_pass, aging = VARIANTS[name]
     steps = [
         ("done", piece("done")),
         ("recorded", piece("recorded")),
@@ -172,7 +192,7 @@ def statement(name: str = "claim") -> str:
     ]
     if limits:
         steps.append(("allowance", piece("allowance")))
-    steps.append(("next", _next(limits, second_pass)))
+    steps.append(("next", _next(limits, second_pass, aging)))
     if limits:
         steps.append(("capped", piece("capped")))
     steps.append(("claimed", piece("claimed", kept="capped" if limits else "next")))

@@ -67,7 +67,7 @@ def test_every_variant_claims_what_the_whole_claim_claims(
         assert [j.id for j in mine.jobs] == [j.id for j in whole.jobs], (name, limit, cursor)
 
 
-@pytest.mark.parametrize("name", ["claim_unlimited", "claim_one_unlimited"])
+@pytest.mark.parametrize("name", [n for n in VARIANTS if "_unlimited" in n])
 def test_a_variant_without_limits_claims_nothing_once_a_limit_exists(
     conn: psycopg.Connection[Any], name: str
 ) -> None:
@@ -81,10 +81,13 @@ def test_a_variant_without_limits_claims_nothing_once_a_limit_exists(
 
 
 def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
-    assert variant(limits=True, batch=10) == "claim"
-    assert variant(limits=True, batch=1) == "claim_one"
-    assert variant(limits=False, batch=10) == "claim_unlimited"
-    assert variant(limits=False, batch=1) == "claim_one_unlimited"
+    assert variant(limits=True, batch=10, aging=True) == "claim"
+    assert variant(limits=True, batch=1, aging=True) == "claim_one"
+    assert variant(limits=False, batch=10, aging=True) == "claim_unlimited"
+    assert variant(limits=False, batch=1, aging=True) == "claim_one_unlimited"
+    assert variant(limits=True, batch=10, aging=False) == "claim_unaged"
+    assert variant(limits=False, batch=1, aging=False) == "claim_one_unlimited_unaged"
+    assert len(VARIANTS) == 8
 
 
 def test_a_queue_at_its_limit_keeps_the_first_jobs_the_walk_found(

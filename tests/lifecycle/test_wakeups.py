@@ -15,6 +15,7 @@ import psycopg
 
 from supervisor import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
 from tests.lifecycle.harness import Supervisor, scalar, wait_for
+from tests.lifecycle.test_metrics import free_port, scrape
 
 POLL = """
 handlers: {record: tests.handlers:record, sleep: tests.handlers:sleep}
@@ -132,4 +133,54 @@ def test_a_job_whose_wake_up_was_never_sent_waits_at_most_the_poll_interval(
     assert (started - committed).total_seconds() < 2.5
     # The master wrote the flag up again (it re-asserts them every second).
     wait_for(lambda: _flag_up(ledger), 5, interval=0.05, what="flag re-asserted")
+    sup.stop()
+
+
+def test_a_job_missed_by_the_race_is_claimed_soon_after_the_flag_goes_up(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    # The poll is 15-30 s away: only the master's watch of the raised flag explains a pickup
+    # within its re-assertion (1 s) and the watch's wait (RECHECK).
+    sup = supervisor(POLL % "30s").start()
+    sup.wait_children(2)
+    wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up")
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        conn.execute("UPDATE pgq.queue_wakeups SET wanted = false")
+        job_id = enqueue(conn, "record", notify=False)
+        (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+        started = wait_for(lambda: _started(ledger, job_id), 10, interval=0.01, what="pickup")
+    assert (started - committed).total_seconds() < 1.6
+    sup.stop()
+
+
+def test_a_job_to_idle_children_costs_one_child_its_claims_not_every_child(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    # Two children asleep, a job every 50 ms: the woken child claims it, then carries its
+    # completion in a claim that finds nothing. The other stays asleep (the master watches the
+    # raised flag instead of waking it for an empty claim), and no child is woken early for a
+    # claim from the head while nothing is held back.
+    # Batch 10: a claim of one job is not a full batch (which would wake a sibling).
+    port = free_port()
+    sup = supervisor(
+        (POLL % "30s").replace("batch: 1", "batch: 10")
+        + f"metrics: {{port: {port}}}\nhistory: {{enabled: true}}\n"
+    ).start()
+    sup.wait_children(2)
+    wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up")
+
+    def claims() -> float:
+        return scrape(port).value("pgq_claims_total", pool="main")
+
+    before, jobs = claims(), 40
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        ids = []
+        for _ in range(jobs):
+            ids.append(enqueue(conn, "record"))
+            time.sleep(0.05)
+    wait_for(lambda: all(_started(ledger, j) for j in ids), 10, interval=0.01, what="all ran")
+    time.sleep(0.5)
+    per_job = (claims() - before) / jobs
+    # Before: 3.1-3.6 a job (a second child's empty claim, early claims from the head).
+    assert per_job < 2.6, per_job
     sup.stop()

@@ -109,3 +109,25 @@ def test_cursors_are_bounded() -> None:
     for n in range(10):
         cursors.observe([job(n, queue=f"q{n}", tenant=f"t{m}") for m in range(PER_QUEUE)], 0.2)
     assert len(cursors.for_claim(["q", *(f"q{n}" for n in range(10))], 0.3)) == PER_CLAIM
+
+
+def test_an_empty_claim_drops_the_cursors_only_while_the_head_is_cheap() -> None:
+    # Clean database: the claim from the head took 0.5 ms. An empty claim leaves no cursor, so
+    # the idle child sleeps until woken (no early claim from the head) and its next claim
+    # starts from the head, where a late-committed job below the old cursor is.
+    cheap = ClaimCursors(refresh=1.0)
+    cheap.for_claim(["q"], 0.0)
+    cheap.observe([job(1), job(2)], 0.0, took=0.0005)
+    assert cheap.due_in(0.001) is not None
+    cheap.for_claim(["q"], 0.001)
+    cheap.observe([], 0.001, took=0.0005)
+    assert cheap.due_in(0.002) is None and cheap.for_claim(["q"], 0.002) == []
+    # A held horizon: the head walk took 50 ms. Cursors outlive an empty claim (a claim from
+    # the head costs the walk), and the idle child still wakes for the head when it is due.
+    dear = ClaimCursors(refresh=1.0)
+    dear.for_claim(["q"], 0.0)
+    dear.observe([job(1), job(2)], 0.0, took=0.05)
+    dear.for_claim(["q"], 0.06)
+    dear.observe([], 0.06, took=0.001)
+    assert dear.due_in(0.07) is not None
+    assert dear.for_claim(["q"], 0.07) == [("q", "", 0, job(2).run_at, 2)]
