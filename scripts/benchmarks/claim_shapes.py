@@ -136,7 +136,7 @@ class Drain:
         started = time.perf_counter()
         if self.sql is None or self.native is not None:
             # As the child sends it: this build's the variant its child chooses (no limits here).
-            variant = claim_builder.variant(limits=False, batch=limit)
+            variant = claim_builder.variant(limits=False, batch=limit, aging=False)
             cursor = execute_claim(self.conn, params, self.native, variant=variant)
         else:
             cursor = self.conn.execute(self.sql, params)

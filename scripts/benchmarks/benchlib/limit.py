@@ -128,9 +128,10 @@ def pgbench_script(
     empty = "'{}'"
     values = claim_values(batch, history=history)
     nothing = claim_values(0, history=history) | {"queues": "'{}'", "resume": "'{}'"}
-    # The variant a child sends for this batch on a database without limits (the child's
-    # first claims; claim_builder.variant), so that both sides run the same statement.
-    statement = query(claim_builder.variant(limits=False, batch=batch))
+    # The variant a child sends for this batch on a database without limits, in a pool that
+    # does not age (the child's first claims; claim_builder.variant), so that both sides run
+    # the same statement.
+    statement = query(claim_builder.variant(limits=False, batch=batch, aging=False))
     final = _FINAL_SELECT.search(statement)
     assert final is not None, "the claim statement has no final SELECT"
     folding = statement[: final.start()] + FOLD_CLAIMED.format(quote=quote)
