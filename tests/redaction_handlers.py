@@ -15,7 +15,8 @@ def declined(*, card: dict[str, Any], pin: str, **_: Any) -> None:
 
 
 def refunded(*, card: dict[str, Any], **_: Any) -> dict[str, Any]:
-    return {"refunded": True, "holder": card["holder"]}
+    """Returns what the gateway echoed back: its result holds the card number under its key."""
+    return {"refunded": True, "holder": card["holder"], "card": {"number": card["number"]}}
 
 
 def stuck(seconds: float = 30.0, **_: Any) -> None:

@@ -29,7 +29,7 @@ from supervisor.crypto import mask
 from supervisor.crypto.search import protected_keys, search_problem
 from supervisor.queue import bulk, control, costs, maintenance, progress, unknown, workflows
 from supervisor.shared.exits import MasterExit
-from supervisor.shared.redact import shown
+from supervisor.shared.redact import redact, shown
 from supervisor.shared.words import plural
 from supervisor.views.aging import aging_lines, job_aging
 from supervisor.views.clock import server_clock
@@ -216,6 +216,8 @@ def jobs_show(ctx: Context) -> int:
         )
     if job is not None:
         job = shown(job, ctx.config.web.redact)
+    # What a handler returned may carry a redacted key's value too (a card echoed back).
+    kept = redact(kept, ctx.config.web.redact) if kept is not None else None
     if job is None and history:
         return jobhistory.show(ctx, ctx.args.id, history, now, kept, step, spent, said)
     if job is None and kept is not None:

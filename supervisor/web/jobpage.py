@@ -19,7 +19,7 @@ from supervisor.queue.control import Errors, JobDetail, errors_of
 from supervisor.queue.costs import cost_query
 from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import query
-from supervisor.shared.redact import shown
+from supervisor.shared.redact import redact, shown
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
 
 # History rows shown for one job: one per time it finished (a replayed dead letter finishes
@@ -91,5 +91,6 @@ async def read(
         said = await fetch(conn, progress_query("read_progress"), {"ids": [job_id]})
         spent = await fetch(conn, cost_query("job_costs"), {"id": job_id})
     history = [Finished(**{**r, "errors": errors_of(r["errors"])}) for r in rows]
-    result = Kept(kept[0]["result"], kept[0]["finished_at"]) if kept else None
+    # What a handler returned may carry a redacted key's value too (a card echoed back).
+    result = Kept(redact(kept[0]["result"], redacted), kept[0]["finished_at"]) if kept else None
     return JobView(now, job, history, result, said[0] if said else None, spent)
