@@ -2,8 +2,8 @@
 secret under `web.redact` keys into every state they can reach (waiting, scheduled, retried with
 an error quoting the secret, discarded, completed with a result echoing it, unknown with a
 failing reconcile hook); then every dashboard page, every command-line verb that shows jobs
-(text and --json) and the supervisor's log are searched for the secret. A search that names a redacted key is refused: 400
-on the web, exit 2 on the command line."""
+(text and --json) and the supervisor's log are searched for the secret. A search that names a
+redacted key is refused: 400 on the web, exit 2 on the command line."""
 
 from __future__ import annotations
 
