@@ -108,6 +108,9 @@ class Executor:
         self.shared_process = interruptible_thread is None
         # Told each attempt's cost (fair share by cost, supervisor.child.fair_cost); None: off.
         self.on_cost: Callable[[Job, costs.Cost], None] | None = None
+        # Attempts' costs are kept with the history (pgq.attempt_costs): without it, and with
+        # no fair share by cost, nothing reads them and no attempt is metered.
+        self.keep_costs = config.history.enabled
         # OpenTelemetry, built here in the child after the fork (OTEL_* variables; None: off).
         telemetry = Telemetry.from_env()
         self.attempts = Attempts(telemetry) if telemetry is not None else None
@@ -243,8 +246,10 @@ class Executor:
         if self.attempts is not None:
             traced = self.attempts.attempt(job, self.pool, self.worker_id)
             span = traced.__enter__()
-        meter = costs.Meter(shared=self.shared_process)
-        meter.start()
+        meter = None
+        if self.keep_costs or self.on_cost is not None:
+            meter = costs.Meter(shared=self.shared_process)
+            meter.start()
         try:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
@@ -278,9 +283,10 @@ class Executor:
         finally:
             self.interruptible = False
             self.deadline = None
-            cost = self.costs[job.id] = meter.stop()
-            if self.on_cost is not None:
-                self.on_cost(job, cost)
+            if meter is not None:
+                cost = self.costs[job.id] = meter.stop()
+                if self.on_cost is not None:
+                    self.on_cost(job, cost)
             if reporter is not None:
                 with contextlib.suppress(Exception):  # progress never fails the attempt
                     reporter.finish()

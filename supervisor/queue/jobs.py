@@ -110,6 +110,11 @@ def text_array(values: Iterable[str]) -> str:
     return "{" + ",".join(map(_quoted, values)) + "}"
 
 
+def nullable_text_array(values: Iterable[str | None]) -> str:
+    """``text_array`` for strings some of which are None (NULL elements)."""
+    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+
+
 @lru_cache(maxsize=8192)
 def _quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
