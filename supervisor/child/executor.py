@@ -238,7 +238,8 @@ class Executor:
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
         # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
-        self.returned.pop(job.id, None)
+        if self.returned:
+            self.returned.pop(job.id, None)
         value: Any = None
         # Tracing off (the usual case): no context manager entered or closed around the job.
         traced: contextlib.AbstractContextManager[Any] | None = None
@@ -260,15 +261,17 @@ class Executor:
             except BaseException as exc:  # a handler's SystemExit is its failure, not ours
                 raised = exc
             self.interruptible = False
-            settlement = outcomes.of_attempt(
-                job,
-                raised,
-                cancel_seen=context is not None and context.cancel_seen,
-                lease_lost_seen=context is not None and context.lease_lost,
-                max_attempts=policy.max_attempts,
-                backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap,
-            )
+            if raised is not None or context is not None:
+                settlement = outcomes.of_attempt(
+                    job,
+                    raised,
+                    cancel_seen=context is not None and context.cancel_seen,
+                    lease_lost_seen=context is not None and context.lease_lost,
+                    max_attempts=policy.max_attempts,
+                    backoff_base=policy.backoff_base,
+                    backoff_cap=policy.backoff_cap,
+                )
+            # else it returned, and no context saw a cancel or a lost lease: it completed.
             if settlement is None and value is not None:
                 settlement = self._keep_result(job, value)
             if secrets and settlement is not None and settlement.error:
