@@ -15,6 +15,7 @@ Prints a table per role and, as the last line, the whole result as JSON. Anyone 
     .venv/bin/pip install py-spy
     .venv/bin/python scripts/benchmarks/profile_drain.py --jobs 100000 --batch 10
     .venv/bin/python scripts/benchmarks/profile_drain.py --no-profile      # CPU per job only
+    .venv/bin/python scripts/benchmarks/profile_drain.py --history   # history (and costs) kept
 
 The database comes from --dsn, else PGQ_BENCH_DSN, else the machine's PostgreSQL.
 """
@@ -108,7 +109,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     out_dir = Path(tempfile.mkdtemp(prefix="pgq-profile-"))
     with fresh_database(args.dsn, f"profile_b{args.batch}") as db:
         _fill(db, args.jobs)
-        config = config_text(args.processes, args.batch)
+        config = config_text(args.processes, args.batch, history=args.history)
         with (
             psycopg.connect(db, autocommit=True) as conn,
             Supervisor(db, config, out_dir, "profile") as sup,
@@ -164,6 +165,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         "jobs": args.jobs,
         "batch": args.batch,
         "processes": args.processes,
+        "history": args.history,
         "jobs_per_s": rate(args.jobs, seconds),
         "cpu_us_per_job": {
             "children": round(child_cpu / args.jobs * 1e6, 1),
@@ -195,7 +197,8 @@ def top(counter: Counter[str], total: int, n: int) -> list[list[Any]]:
 def report(result: dict[str, Any]) -> None:
     cpu = result["cpu_us_per_job"]
     print(
-        f"{result['jobs']:,} no-op jobs, {result['processes']} children, batch {result['batch']}: "
+        f"{result['jobs']:,} no-op jobs, {result['processes']} children, batch {result['batch']}"
+        f"{', history on' if result['history'] else ''}: "
         f"{result['jobs_per_s']:,.0f} jobs/s; CPU per job: children {cpu['children']} us, "
         f"master {cpu['master']} us"
     )
@@ -219,6 +222,9 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the drain may take")
     parser.add_argument("--no-profile", action="store_true", help="CPU per job only")
+    parser.add_argument(
+        "--history", action="store_true", help="history on (each attempt's cost recorded)"
+    )
     args = parser.parse_args()
     result = profile(args)
     report(result)

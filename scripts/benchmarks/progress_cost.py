@@ -5,7 +5,8 @@
 - progress: a handler's job.progress(fraction, message) between two writes (coalesced: only
   the value is recorded), against a bare Python function call, side by side in one run.
 - meter: the per-attempt cost measurement around a handler (inline: getrusage and the peak-RSS
-  mark; threaded: the thread's CPU clock), against the same bare call.
+  mark, here and in a forked child as the workers are; threaded: the thread's CPU clock),
+  against the same bare call.
 
 No database is involved: a write happens at most once a second per job and is the same round
 trip as lease_held(). The last line on stdout is one JSON object.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -36,6 +38,25 @@ def per_call(fn, calls: int) -> float:  # type: ignore[no-untyped-def]
             fn(i)
         best = min(best, (time.perf_counter() - started) / calls)
     return best * 1e9
+
+
+def in_forked_child(measure) -> float:  # type: ignore[no-untyped-def]
+    """``measure()`` run in a child forked from here, as the supervisor's workers are: there
+    the inline meter reads the attempt's peak from getrusage (supervisor/queue/costs.py),
+    where this process, started by exec, reads /proc/self/status."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.write(write, repr(measure()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        value = float(pipe.read())
+    os.waitpid(pid, 0)
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "bare_call_ns": per_call(bare, n),
         "progress_call_ns": per_call(report, n),
         "meter_inline_ns": per_call(meter_inline, n // 10),
+        "meter_inline_forked_ns": in_forked_child(lambda: per_call(meter_inline, n // 10)),
         "meter_threaded_ns": per_call(meter_threaded, n // 10),
     }
     figures["progress_vs_bare"] = figures["progress_call_ns"] / figures["bare_call_ns"]

@@ -101,15 +101,18 @@ class ClaimCursors:
     def observe(self, jobs: Iterable[Job], now: float, took: float = 0.0) -> None:
         """After a claim that the last ``for_claim`` prepared (started at ``now``, ``took``
         seconds, its whole round trip): each tenant's cursor moves to the last job claimed
-        there (the claim takes a tenant's jobs in key order)."""
+        there. ``jobs`` in claim order (jobs_api.read_claim's), so a tenant's last is its
+        furthest."""
         if self._full:
             self._at.clear()
             walk = self.walk = min(took, WALK_GROWTH * self.walk)
             self._full_due = now + max(min(self.refresh, HEAD_EVERY * walk), HEAD_AT_MOST * walk)
             self._full = False
-        if not jobs and self.walk <= CHEAP_WALK:
+        # One step per tenant, not per job (a step per job cost about 2 us a job at batch 100).
+        last = {(job.queue, job.tenant): job for job in jobs}
+        if not last and self.walk <= CHEAP_WALK:
             self._at.clear()
-        for job in jobs:
+        for job in last.values():
             tenants = self._at.setdefault(job.queue, OrderedDict())
             key = job.tenant or ""
             old = tenants.get(key)

@@ -108,6 +108,9 @@ class Executor:
         self.shared_process = interruptible_thread is None
         # Told each attempt's cost (fair share by cost, supervisor.child.fair_cost); None: off.
         self.on_cost: Callable[[Job, costs.Cost], None] | None = None
+        # Attempts' costs are kept with the history (pgq.attempt_costs): without it, and with
+        # no fair share by cost, nothing reads them and no attempt is metered.
+        self.keep_costs = config.history.enabled
         # OpenTelemetry, built here in the child after the fork (OTEL_* variables; None: off).
         telemetry = Telemetry.from_env()
         self.attempts = Attempts(telemetry) if telemetry is not None else None
@@ -235,7 +238,8 @@ class Executor:
         settlement: outcomes.Settlement | None = None
         self.deadline = started + policy.timeout if policy.timeout else None
         # A value left by an earlier run of this id (a late outcome dropped) must not be kept.
-        self.returned.pop(job.id, None)
+        if self.returned:
+            self.returned.pop(job.id, None)
         value: Any = None
         # Tracing off (the usual case): no context manager entered or closed around the job.
         traced: contextlib.AbstractContextManager[Any] | None = None
@@ -243,8 +247,10 @@ class Executor:
         if self.attempts is not None:
             traced = self.attempts.attempt(job, self.pool, self.worker_id)
             span = traced.__enter__()
-        meter = costs.Meter(shared=self.shared_process)
-        meter.start()
+        meter = None
+        if self.keep_costs or self.on_cost is not None:
+            meter = costs.Meter(shared=self.shared_process)
+            meter.start()
         try:
             self.interruptible = thread == self.interruptible_thread
             raised: BaseException | None = None
@@ -255,15 +261,17 @@ class Executor:
             except BaseException as exc:  # a handler's SystemExit is its failure, not ours
                 raised = exc
             self.interruptible = False
-            settlement = outcomes.of_attempt(
-                job,
-                raised,
-                cancel_seen=context is not None and context.cancel_seen,
-                lease_lost_seen=context is not None and context.lease_lost,
-                max_attempts=policy.max_attempts,
-                backoff_base=policy.backoff_base,
-                backoff_cap=policy.backoff_cap,
-            )
+            if raised is not None or context is not None:
+                settlement = outcomes.of_attempt(
+                    job,
+                    raised,
+                    cancel_seen=context is not None and context.cancel_seen,
+                    lease_lost_seen=context is not None and context.lease_lost,
+                    max_attempts=policy.max_attempts,
+                    backoff_base=policy.backoff_base,
+                    backoff_cap=policy.backoff_cap,
+                )
+            # else it returned, and no context saw a cancel or a lost lease: it completed.
             if settlement is None and value is not None:
                 settlement = self._keep_result(job, value)
             if secrets and settlement is not None and settlement.error:
@@ -278,9 +286,10 @@ class Executor:
         finally:
             self.interruptible = False
             self.deadline = None
-            cost = self.costs[job.id] = meter.stop()
-            if self.on_cost is not None:
-                self.on_cost(job, cost)
+            if meter is not None:
+                cost = self.costs[job.id] = meter.stop()
+                if self.on_cost is not None:
+                    self.on_cost(job, cost)
             if reporter is not None:
                 with contextlib.suppress(Exception):  # progress never fails the attempt
                     reporter.finish()

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import psycopg
@@ -31,6 +32,9 @@ TenantWeights = Mapping[str, Mapping[str, int]]
 # Where a child's claims resume inside a tenant: (queue, tenant key, priority, run_at, id) of the
 # last job it claimed there (supervisor.child.cursors); the claim starts past it.
 Cursor = tuple[str, str, int, datetime, int]
+# A job's fields read in C, for the steps over a whole batch.
+_job_id = attrgetter("id")
+_job_result = attrgetter("result")
 
 
 class LeaseLost(RuntimeError):
@@ -110,6 +114,11 @@ def text_array(values: Iterable[str]) -> str:
     return "{" + ",".join(map(_quoted, values)) + "}"
 
 
+def nullable_text_array(values: Iterable[str | None]) -> str:
+    """``text_array`` for strings some of which are None (NULL elements)."""
+    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+
+
 @lru_cache(maxsize=8192)
 def _quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -132,6 +141,8 @@ RESULTS_PER_STATEMENT = 96 * 1024 * 1024
 def results_chunks(done: Sequence[Job], limit: int = RESULTS_PER_STATEMENT) -> list[list[Job]]:
     """``done`` in runs, in order, each carrying at most ``limit`` characters of results (a run
     of one job whatever its size); one run, ``done`` itself, in the usual case."""
+    if sum(map(len, filter(None, map(_job_result, done)))) <= limit:
+        return [list(done)]  # the usual case, told without a Python step per job
     runs: list[list[Job]] = [[]]
     size = 0
     for job in done:
@@ -299,6 +310,12 @@ def read_claim(cursor: psycopg.Cursor[Any], done: Sequence[Job] = ()) -> Claimed
     last = rows[-1]
     if len(rows) == 1:
         jobs = []
+    elif at == _JOB_FIELDS:
+        # Every field in the row, in order: the tuple is made directly (Job(*row) goes through
+        # the named tuple's __new__, a Python call filling defaults, twice the cost).
+        jobs = [_new_job(Job, row[:at]) for row in rows[:-1]]
+        if len(jobs) > 1:
+            jobs.sort(key=_claim_order)
     else:
         jobs = [Job(*row[:at]) for row in rows[:-1]]
         if len(jobs) > 1:
@@ -319,6 +336,10 @@ def _reply_columns(names: tuple[bytes | None, ...]) -> tuple[int, int | None, in
         return found.index(name) if name in found else None
 
     return found.index("completed"), where("limit_wait"), where("limits_found")
+
+
+_JOB_FIELDS = len(Job._fields)
+_new_job = tuple.__new__
 
 
 def _claim_order(job: Job) -> tuple[int, datetime, int]:
@@ -364,6 +385,8 @@ def claim(
 
 def _split(jobs: Sequence[Job], kept_ids: Iterable[int]) -> Fenced:
     kept = set(kept_ids)
+    if len(kept) == len(jobs) and kept.issuperset(map(_job_id, jobs)):
+        return Fenced(kept=list(jobs))  # the usual case: every one still ours
     return Fenced(
         kept=[j for j in jobs if j.id in kept],
         lost=[j for j in jobs if j.id not in kept],

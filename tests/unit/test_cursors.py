@@ -31,7 +31,7 @@ def test_a_cursor_is_the_last_job_in_claim_order_per_tenant() -> None:
     cursors = ClaimCursors(refresh=60.0)
     cursors.for_claim(["q"], 0.0)
     # Claim order is priority DESC, run_at, id: the last is the lowest priority, latest.
-    cursors.observe([job(5, priority=3), job(7, priority=0), job(6, priority=0)], 0.0, took=1.0)
+    cursors.observe([job(5, priority=3), job(6, priority=0), job(7, priority=0)], 0.0, took=1.0)
     cursors.observe([job(2, tenant="b"), job(1, tenant="a"), job(4, queue="other")], 0.1)
     assert cursors.for_claim(["q", "other"], 0.2) == [
         ("q", "", 0, job(7).run_at, 7),
