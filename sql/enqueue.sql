@@ -196,3 +196,64 @@ SELECT
             THEN pgq.take_wakeups(queue)
     END
 FROM upserted;
+
+-- name: enqueue_ordered
+-- A job with an order key (0066): pgq.enqueue itself, which takes the key's row in
+-- pgq.order_keys before it inserts (so a key's producers and its endings serialise there), writes
+-- the job as its key's head (available or scheduled, as usual) or as a follower ('waiting'), and
+-- gives the count back when it inserts nothing (a held unique key, a debounce that replaced the
+-- key's head). Due now or at %(run_at)s or in %(delay)s seconds; with %(debounced)s, %(delay)s is
+-- the debounce. Wake-ups as in enqueue (the function raises them whatever notify says).
+SELECT pgq.enqueue(
+    kind => %(kind)s::text,
+    args => %(args)s::jsonb,
+    queue => %(queue)s::text,
+    priority => %(priority)s::integer,
+    run_at => CASE WHEN NOT %(debounced)s::boolean
+                   THEN coalesce(%(run_at)s::timestamptz,
+                                 now() + make_interval(secs => %(delay)s::float8)) END,
+    max_attempts => %(max_attempts)s::integer,
+    unique_key => %(unique_key)s::text,
+    tenant => %(tenant)s::text,
+    traceparent => %(traceparent)s::text,
+    debounce => CASE WHEN %(debounced)s::boolean
+                     THEN make_interval(secs => %(delay)s::float8) END,
+    order_key => %(order_key)s::text
+);
+
+-- name: enqueue_ordered_many
+-- Many jobs with order keys, in one statement: pgq.enqueue per row as in enqueue_ordered,
+-- called in (queue, key, input) order (a volatile call in the select list is evaluated after
+-- the ORDER BY's sort), so that a key's jobs take their ids in input order and two such
+-- statements take their keys' rows in one order rather than deadlock. Returns each row's input
+-- position (from 1) and its job's id.
+SELECT t.ord,
+       pgq.enqueue(
+           kind => t.kind,
+           args => t.args,
+           queue => t.queue,
+           priority => t.priority,
+           run_at => CASE WHEN NOT t.debounced
+                          THEN coalesce(t.run_at, now() + make_interval(secs => t.delay)) END,
+           max_attempts => t.max_attempts,
+           unique_key => t.unique_key,
+           tenant => t.tenant,
+           traceparent => t.traceparent,
+           debounce => CASE WHEN t.debounced THEN make_interval(secs => t.delay) END,
+           order_key => t.order_key)
+FROM ROWS FROM (
+    unnest(%(kinds)s::text[]),
+    jsonb_array_elements(%(args)s::jsonb),
+    unnest(%(queues)s::text[]),
+    unnest(%(priorities)s::integer[]),
+    unnest(%(run_ats)s::timestamptz[]),
+    unnest(%(delays)s::float8[]),
+    unnest(%(debounced)s::boolean[]),
+    unnest(%(max_attempts)s::integer[]),
+    unnest(%(unique_keys)s::text[]),
+    unnest(%(tenants)s::text[]),
+    unnest(%(traceparents)s::text[]),
+    unnest(%(order_keys)s::text[])
+) WITH ORDINALITY AS t(kind, args, queue, priority, run_at, delay, debounced, max_attempts,
+                       unique_key, tenant, traceparent, order_key, ord)
+ORDER BY t.queue COLLATE "C", t.order_key COLLATE "C", t.ord;

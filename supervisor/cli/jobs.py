@@ -32,6 +32,7 @@ from supervisor.shared.exits import MasterExit
 from supervisor.shared.redact import shown
 from supervisor.shared.words import plural
 from supervisor.views.aging import aging_lines, job_aging
+from supervisor.views.order import job_order, order_lines
 from supervisor.views.clock import server_clock
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
@@ -214,6 +215,7 @@ def jobs_show(ctx: Context) -> int:
             if job is not None
             else None
         )
+        ordered = job_order(conn, ctx.args.id) if job is not None else None
     if job is not None:
         job = shown(job, ctx.config.web.redact)
     if job is None and history:
@@ -233,6 +235,7 @@ def jobs_show(ctx: Context) -> int:
         document.update(costs_view.to_json(spent))
         document["progress"] = said.to_json() if said is not None else None
         document["aging"] = aged
+        document["order"] = ordered
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -251,6 +254,7 @@ def jobs_show(ctx: Context) -> int:
         f"  priority    {job.priority}",
         *aging_lines(aged),
         f"  unique key  {safe(job.unique_key)}",
+        *order_lines(ordered),
         f"  created     {when(job.created_at)}",
         f"  run at      {when(job.run_at)}",
         f"  last run    {when(job.started_at)}",
