@@ -32,8 +32,8 @@ from supervisor.shared.exits import MasterExit
 from supervisor.shared.redact import shown
 from supervisor.shared.words import plural
 from supervisor.views.aging import aging_lines, job_aging
-from supervisor.views.order import job_order, order_lines
 from supervisor.views.clock import server_clock
+from supervisor.views.order import job_order, order_lines
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
