@@ -545,6 +545,7 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/limit_take_all.sql
 \ir functions/limit_take_tokens.sql
 \ir functions/order_ended.sql
+\ir functions/order_head.sql
 \ir functions/order_rejoin.sql
 \ir functions/order_unjoin.sql
 \ir functions/take_wakeups.sql

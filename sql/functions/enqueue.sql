@@ -33,10 +33,10 @@ AS $$
 DECLARE
     job_id   bigint;
     size     integer;
-    -- With an order key: the id the new job takes (known before the insert, so that the key's
-    -- row can name it as its head) and whether it waits behind the key's head.
-    new_id   bigint;
+    -- With an order key: whether the job waits behind its key's head, and (debounce) whether
+    -- the upsert inserted a job rather than replacing one.
     follows  boolean := false;
+    fresh    boolean := true;
 BEGIN
     IF kind IS NULL OR btrim(kind) = '' THEN
         RAISE EXCEPTION 'pgq.enqueue: kind must not be empty' USING ERRCODE = '22023';
@@ -97,9 +97,9 @@ BEGIN
     IF order_key IS NOT NULL THEN
         -- The key's row first (0066): its lock orders this enqueue among the key's other
         -- producers and its endings, and the count says whether a job of the key is unfinished.
-        new_id := nextval('pgq.jobs_id_seq');
+        -- A new key's head_id is filled in once the job has its id (pgq.order_head, below).
         INSERT INTO pgq.order_keys AS o (queue, key, unfinished, head_id)
-        VALUES (enqueue.queue, enqueue.order_key, 1, new_id)
+        VALUES (enqueue.queue, enqueue.order_key, 1, 0)
         ON CONFLICT (queue, key) DO UPDATE SET unfinished = o.unfinished + 1
         RETURNING o.unfinished > 1 INTO follows;
     END IF;
@@ -132,14 +132,14 @@ BEGIN
             WHERE j.debounce_key = enqueue.unique_key
               AND j.state IN ('available', 'scheduled')
               AND j.started_at IS NULL
-            RETURNING j.id INTO job_id;
+            RETURNING j.id, false INTO job_id, fresh;
         END IF;
         IF job_id IS NULL THEN
-            INSERT INTO pgq.jobs AS j (id, queue, kind, args, priority, run_at, state, max_attempts,
+            -- xmax is 0 in the row an upsert inserted, a lock's xid in one it updated.
+            INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
                                        debounce_key, tenant, traceparent, order_key)
-            OVERRIDING SYSTEM VALUE
-            VALUES (coalesce(new_id, nextval('pgq.jobs_id_seq')), enqueue.queue, enqueue.kind,
-                    enqueue.args, enqueue.priority, now() + debounce,
+            VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                    now() + debounce,
                     CASE WHEN follows THEN 'waiting'
                          WHEN debounce > interval '0' THEN 'scheduled' ELSE 'available' END,
                     enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent,
@@ -150,11 +150,13 @@ BEGIN
             DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at,
                           state = CASE WHEN debounce > interval '0' THEN 'scheduled'
                                        ELSE 'available' END
-            RETURNING j.id INTO job_id;
+            RETURNING j.id, j.xmax = 0 INTO job_id, fresh;
         END IF;
-        IF new_id IS NOT NULL AND job_id <> new_id THEN
+        IF order_key IS NOT NULL AND NOT fresh THEN
             -- It replaced a job: nothing new in the key, which is woken for as usual below.
             PERFORM pgq.order_unjoin(enqueue.queue, enqueue.order_key);
+        ELSIF order_key IS NOT NULL AND NOT follows THEN
+            PERFORM pgq.order_head(enqueue.queue, enqueue.order_key, job_id);
         ELSIF follows THEN
             -- A new follower: nothing to wake until its key's head ends.
             RETURN job_id;
@@ -173,11 +175,10 @@ BEGIN
         -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
         -- masters' stagers; a job due now wakes its queue's workers.
         -- A follower waits as 'waiting' (0066) until its key's earlier jobs have ended.
-        INSERT INTO pgq.jobs AS j (id, queue, kind, args, priority, run_at, state, max_attempts,
+        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
                                    unique_key, tenant, traceparent, order_key)
-        OVERRIDING SYSTEM VALUE
-        VALUES (coalesce(new_id, nextval('pgq.jobs_id_seq')), enqueue.queue, enqueue.kind,
-                enqueue.args, enqueue.priority, coalesce(enqueue.run_at, now()),
+        VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                coalesce(enqueue.run_at, now()),
                 CASE WHEN follows THEN 'waiting'
                      WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
                 enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent,
@@ -191,7 +192,11 @@ BEGIN
         IF job_id IS NOT NULL THEN
             IF follows THEN
                 RETURN job_id;
-            ELSIF enqueue.run_at > now() THEN
+            END IF;
+            IF order_key IS NOT NULL THEN
+                PERFORM pgq.order_head(enqueue.queue, enqueue.order_key, job_id);
+            END IF;
+            IF enqueue.run_at > now() THEN
                 IF pgq.wakes_stagers(enqueue.run_at) THEN
                     PERFORM pg_notify('pgq_scheduled', '');
                 END IF;
@@ -209,10 +214,6 @@ BEGIN
           AND j.state IN ('available', 'running', 'scheduled', 'unknown')
           AND j.id > 0;
         IF job_id IS NOT NULL THEN
-            -- The key's holder is returned, nothing was enqueued: nor is it counted.
-            IF new_id IS NOT NULL THEN
-                PERFORM pgq.order_unjoin(enqueue.queue, enqueue.order_key);
-            END IF;
             RETURN job_id;
         END IF;
         -- The holder of the key finished between the insert and the look-up: try again.

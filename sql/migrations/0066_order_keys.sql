@@ -35,5 +35,6 @@ CREATE TABLE pgq.order_keys (
     fillfactor = 70
 );
 
--- pgq.order_ended and pgq.order_rejoin are in sql/functions/, applied after the migrations;
+-- pgq.order_ended, order_rejoin, order_unjoin and order_head are in sql/functions/, applied after
+-- the migrations;
 -- pgq.enqueue gains `order_key text` there (sql/functions/enqueue.sql).

@@ -39,7 +39,7 @@ def test_forty_keys_across_two_supervisors_keep_their_order(
 ) -> None:
     rng = random.Random(33)
     jobs, failing = [], 0
-    for n in range(PER_KEY):
+    for _ in range(PER_KEY):
         for k in range(KEYS):
             fail = rng.random() < 0.1
             failing += fail
