@@ -221,39 +221,72 @@ SELECT pgq.enqueue(
     order_key => %(order_key)s::text
 );
 
--- name: enqueue_ordered_many
--- Many jobs with order keys, in one statement: pgq.enqueue per row as in enqueue_ordered,
--- called in (queue, key, input) order (a volatile call in the select list is evaluated after
--- the ORDER BY's sort), so that a key's jobs take their ids in input order and two such
--- statements take their keys' rows in one order rather than deadlock. Returns each row's input
--- position (from 1) and its job's id.
-SELECT t.ord,
-       pgq.enqueue(
-           kind => t.kind,
-           args => t.args,
-           queue => t.queue,
-           priority => t.priority,
-           run_at => CASE WHEN NOT t.debounced
-                          THEN coalesce(t.run_at, now() + make_interval(secs => t.delay)) END,
-           max_attempts => t.max_attempts,
-           unique_key => t.unique_key,
-           tenant => t.tenant,
-           traceparent => t.traceparent,
-           debounce => CASE WHEN t.debounced THEN make_interval(secs => t.delay) END,
-           order_key => t.order_key)
-FROM ROWS FROM (
-    unnest(%(kinds)s::text[]),
-    jsonb_array_elements(%(args)s::jsonb),
-    unnest(%(queues)s::text[]),
-    unnest(%(priorities)s::integer[]),
-    unnest(%(run_ats)s::timestamptz[]),
-    unnest(%(delays)s::float8[]),
-    unnest(%(debounced)s::boolean[]),
-    unnest(%(max_attempts)s::integer[]),
-    unnest(%(unique_keys)s::text[]),
-    unnest(%(tenants)s::text[]),
-    unnest(%(traceparents)s::text[]),
-    unnest(%(order_keys)s::text[])
-) WITH ORDINALITY AS t(kind, args, queue, priority, run_at, delay, debounced, max_attempts,
-                       unique_key, tenant, traceparent, order_key, ord)
-ORDER BY t.queue COLLATE "C", t.order_key COLLATE "C", t.ord;
+-- name: order_keys_join
+-- A bulk enqueue's ordered jobs take their keys (0066): per (queue, key), %(counts)s more
+-- unfinished jobs, the rows taken in (queue, key) order (the order of every caller's, so two
+-- bulk enqueues do not deadlock on them) before the jobs are written. Returns each key's count
+-- after: the count before (after - count) says how many of the key's jobs go ahead of these.
+INSERT INTO pgq.order_keys AS o (queue, key, unfinished, head_id)
+SELECT t.queue, t.key, t.n, 0
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(counts)s::integer[]) AS t(queue, key, n)
+ORDER BY t.queue COLLATE "C", t.key COLLATE "C"
+ON CONFLICT (queue, key) DO UPDATE SET unfinished = o.unfinished + EXCLUDED.unfinished
+RETURNING o.queue, o.key, o.unfinished;
+
+-- name: enqueue_ordered_rows
+-- The ordered jobs of a bulk enqueue, after order_keys_join: each a head (written as usual,
+-- available or scheduled) or, with %(follows)s, a follower ('waiting'). In input order, so the
+-- ids of a key's jobs follow it. Returns each id in input order with its key, and whether it is
+-- due later before the stagers' next look; the due heads' queues are woken as in enqueue_many.
+WITH inserted AS (
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, traceparent,
+                          tenant, order_key)
+    SELECT
+        t.queue,
+        t.kind,
+        t.args,
+        t.priority,
+        r.run_at,
+        CASE WHEN t.follows THEN 'waiting'
+             WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        t.max_attempts,
+        t.traceparent,
+        t.tenant,
+        t.order_key
+    FROM ROWS FROM (
+        unnest(%(queues)s::text[]),
+        unnest(%(kinds)s::text[]),
+        jsonb_array_elements(%(args)s::jsonb),
+        unnest(%(priorities)s::smallint[]),
+        unnest(%(run_ats)s::timestamptz[]),
+        unnest(%(delays)s::float8[]),
+        unnest(%(max_attempts)s::integer[]),
+        unnest(%(traceparents)s::text[]),
+        unnest(%(tenants)s::text[]),
+        unnest(%(order_keys)s::text[]),
+        unnest(%(follows)s::boolean[])
+    ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts,
+                           traceparent, tenant, order_key, follows, ord)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
+    ) AS r
+    ORDER BY t.ord
+    RETURNING id, queue, order_key, state, run_at
+)
+SELECT
+    id,
+    state = 'scheduled' AND pgq.wakes_stagers(run_at) AS wakes_stagers,
+    (SELECT count(*) FILTER (WHERE pgq.take_wakeups(q))
+     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS d(q)
+     WHERE %(notify)s
+       AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted))
+FROM inserted;
+
+-- name: order_heads
+-- The keys a bulk enqueue opened (none of their jobs was unfinished before it) get their head:
+-- the first of its jobs there, the one not written 'waiting'.
+UPDATE pgq.order_keys AS o
+SET head_id = h.id
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(ids)s::bigint[]) AS h(queue, key, id)
+WHERE o.queue = h.queue
+  AND o.key = h.key;

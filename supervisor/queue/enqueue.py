@@ -722,39 +722,11 @@ async def enqueue_async(
 def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     _check_notify("enqueue_many", notify)
     if any(row.order_key is not None for row in rows):
-        return (yield from _with_order_keys(rows, notify))
+        # Imported here: ordered.py builds on this module's rows and steps.
+        from supervisor.queue.ordered import with_order_keys
+
+        return (yield from with_order_keys(rows, notify))
     return (yield from _unordered_many_steps(rows, notify))
-
-
-def _with_order_keys(rows: list[_Row], notify: bool) -> _Steps:
-    """A bulk enqueue with ordered jobs: the others as usual, then every ordered one in one
-    statement (``enqueue_ordered_many``: pgq.enqueue per row, by (queue, key) and then input
-    order, so that a key's jobs take their ids in input order and two such calls meet their
-    keys in the same order rather than deadlock)."""
-    others = [row for row in rows if row.order_key is None]
-    other_ids = iter((yield from _unordered_many_steps(others, notify)) if others else [])
-    ordered = [row for row in rows if row.order_key is not None]
-    returned = yield _Step(
-        "enqueue_ordered_many",
-        {
-            "kinds": [r.kind for r in ordered],
-            "args": "[" + ",".join([r.args for r in ordered]) + "]",
-            "queues": [r.queue for r in ordered],
-            "priorities": [r.priority for r in ordered],
-            "run_ats": [r.run_at for r in ordered],
-            "delays": [r.delay for r in ordered],
-            "debounced": [r.debounced for r in ordered],
-            "max_attempts": [r.max_attempts for r in ordered],
-            "unique_keys": [r.unique_key for r in ordered],
-            "tenants": [r.tenant for r in ordered],
-            "traceparents": [r.traceparent for r in ordered],
-            "order_keys": [r.order_key for r in ordered],
-        },
-        "all",
-    )
-    by_position = {int(position): int(job_id) for position, job_id in returned}
-    ordered_ids = iter([by_position[i] for i in range(1, len(ordered) + 1)])
-    return [next(other_ids) if row.order_key is None else next(ordered_ids) for row in rows]
 
 
 def _unordered_many_steps(rows: list[_Row], notify: bool) -> _Steps:

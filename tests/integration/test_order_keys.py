@@ -335,3 +335,52 @@ def test_workflow_steps_and_a_batch_then_refuse_a_key(conn: psycopg.Connection[A
     with pytest.raises(EnqueueError, match="then job 'done': cannot have an order_key"):
         enqueue_batch(conn, [NewJob("hook")], then=NewJob("done", order_key="k"))
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+
+
+def test_bulk_enqueues_of_the_same_keys_at_once_neither_deadlock_nor_reorder(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Two connections enqueue many jobs over the same keys, given in opposite orders: the keys'
+    rows are taken in key order, so neither waits for the other in a cycle, and each key ends
+    with one head and its followers in id order."""
+    keys = [f"k{i}" for i in range(20)]
+    start = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def produce(order: list[str]) -> None:
+        try:
+            with psycopg.connect(dsn) as c:
+                start.wait()
+                for _ in range(5):
+                    enqueue_many(c, [NewJob("hook", order_key=k) for k in order for _ in range(3)])
+                    c.commit()
+        except BaseException as exc:  # a deadlock would surface here
+            failures.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(o,)) for o in (keys, keys[::-1])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    for k in keys:
+        states = _states(conn, k)
+        assert len(states) == 30
+        assert [s for _, s in states] == ["available"] + ["waiting"] * 29
+        assert _key_row(conn, k) == (30, states[0][0])
+
+
+def test_a_bulk_debounce_with_an_order_key_replaces_the_head(
+    conn: psycopg.Connection[Any],
+) -> None:
+    head = enqueue(conn, "hook", {"v": 1}, order_key="d", unique_key="doc", debounce=0)
+    ids = enqueue_many(
+        conn,
+        [
+            NewJob("hook", {"v": 2}, order_key="d", unique_key="doc", debounce=0),
+            NewJob("hook", {"v": 3}, order_key="d"),
+        ],
+    )
+    assert ids[0] == head
+    assert _states(conn, "d") == [(head, "available"), (ids[1], "waiting")]
+    assert _key_row(conn, "d") == (2, head)
