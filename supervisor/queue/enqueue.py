@@ -26,7 +26,7 @@ from typing import Any, Literal, NamedTuple
 import psycopg
 from psycopg.rows import tuple_row
 
-from supervisor.queue import keyring
+from supervisor.queue import keyring, ordered
 from supervisor.queue import secrets as envelope
 from supervisor.queue import tracecontext as tracing
 from supervisor.queue.keyring import KeysError
@@ -722,10 +722,8 @@ async def enqueue_async(
 def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     _check_notify("enqueue_many", notify)
     if any(row.order_key is not None for row in rows):
-        # Imported here: ordered.py builds on this module's rows and steps.
-        from supervisor.queue.ordered import with_order_keys
-
-        return (yield from with_order_keys(rows, notify))
+        paths = ordered.Paths(_Step, _enqueue_steps, _unordered_many_steps)
+        return (yield from ordered.with_order_keys(rows, notify, paths))
     return (yield from _unordered_many_steps(rows, notify))
 
 

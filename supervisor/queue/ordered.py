@@ -7,29 +7,44 @@ set-based statements, not a function call each: the keys' rows taken (and so loc
 order with their counts raised, the jobs written head or follower from the counts before, then
 the new keys' heads named. A debounced ordered job goes alone through ``pgq.enqueue``, in key
 order, since it may replace a job instead of adding one.
+
+enqueue.py hands in its step type and its two other paths (``Paths``): this module builds on
+them, and importing them would make the two modules a cycle.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple
 
-from supervisor.queue.enqueue import _enqueue_steps, _Row, _Step, _Steps, _unordered_many_steps
+# enqueue.py's generators: each yields statements to run and returns what they produced.
+_Steps = Generator[Any, Any, Any]
 
 
-def with_order_keys(rows: list[_Row], notify: bool) -> _Steps:
-    """The ids of ``rows`` in input order, the ordered ones written as their keys' heads or
-    followers (the others as enqueue_many writes them, first)."""
+class Paths(NamedTuple):
+    """What enqueue.py lends this module: its statement step (name, params, fetch), the path
+    of one job (``_enqueue_steps``) and the bulk path of jobs without an order key."""
+
+    step: Callable[..., Any]
+    one: Callable[[Any, bool], _Steps]
+    unordered: Callable[[list[Any], bool], _Steps]
+
+
+def with_order_keys(rows: list[Any], notify: bool, paths: Paths) -> _Steps:
+    """The ids of ``rows`` (enqueue.py's checked rows) in input order, the ordered ones written
+    as their keys' heads or followers (the others as enqueue_many writes them, first)."""
     others = [row for row in rows if row.order_key is None]
-    other_ids = iter((yield from _unordered_many_steps(others, notify)) if others else [])
+    other_ids = iter((yield from paths.unordered(others, notify)) if others else [])
     plain = [row for row in rows if row.order_key is not None and not row.debounced]
-    plain_ids = iter((yield from _plain_ordered(plain, notify)) if plain else [])
+    plain_ids = iter((yield from _plain_ordered(plain, notify, paths.step)) if plain else [])
     debounced = [row for row in rows if row.order_key is not None and row.debounced]
     by_row: dict[int, int] = {}
     for at in sorted(
         range(len(debounced)),
         key=lambda i: (debounced[i].queue.encode(), str(debounced[i].order_key).encode(), i),
     ):
-        by_row[at] = yield from _enqueue_steps(debounced[at], notify)
+        by_row[at] = yield from paths.one(debounced[at], notify)
     debounced_ids = iter([by_row[i] for i in range(len(debounced))])
     ids = []
     for row in rows:
@@ -42,10 +57,10 @@ def with_order_keys(rows: list[_Row], notify: bool) -> _Steps:
     return ids
 
 
-def _plain_ordered(rows: list[_Row], notify: bool) -> _Steps:
+def _plain_ordered(rows: list[Any], notify: bool, step: Callable[..., Any]) -> _Steps:
     counts = Counter((row.queue, row.order_key) for row in rows)
     keys = list(counts)
-    after = yield _Step(
+    after = yield step(
         "order_keys_join",
         {
             "queues": [q for q, _ in keys],
@@ -64,7 +79,7 @@ def _plain_ordered(rows: list[_Row], notify: bool) -> _Steps:
         key = (row.queue, row.order_key)
         follows.append(ahead[key] + seen[key] > 0)
         seen[key] += 1
-    returned = yield _Step(
+    returned = yield step(
         "enqueue_ordered_rows",
         {
             "queues": [r.queue for r in rows],
@@ -85,7 +100,7 @@ def _plain_ordered(rows: list[_Row], notify: bool) -> _Steps:
     ids = [int(job_id) for job_id, _, _ in returned]
     heads = [(row, job_id) for row, job_id, f in zip(rows, ids, follows, strict=True) if not f]
     if heads:
-        yield _Step(
+        yield step(
             "order_heads",
             {
                 "queues": [row.queue for row, _ in heads],
@@ -95,5 +110,5 @@ def _plain_ordered(rows: list[_Row], notify: bool) -> _Steps:
             "none",
         )
     if notify and any(wakes for _, wakes, _ in returned):
-        yield _Step("notify_scheduled", {}, "none")
+        yield step("notify_scheduled", {}, "none")
     return ids
