@@ -162,6 +162,9 @@ RETURNING j.id;
 -- applied: the job stays unknown and comes back as 'held', with that job's id (the holder
 -- column; null otherwise). Since 0041 an unknown job holds its key, so this is only met on a
 -- database whose duplicates predate it (0040 refuses to migrate until they are resolved).
+-- The order key (0066) is read through to_jsonb(j): the operator resolves those duplicates with
+-- this release on a database that migrate left before 0041, where the column does not exist
+-- yet (a rare statement: the row's conversion costs nothing that matters).
 WITH held AS (
     SELECT j.id, j.queue, j.kind, 'held'::text AS state, h.id AS holder
     FROM pgq.jobs AS j
@@ -195,7 +198,8 @@ removed AS (
     WHERE j.id = t.id
       AND %(resolution)s::text = 'completed'
     RETURNING j.id, j.queue, j.kind, 'completed'::text AS state, j.attempts, j.created_at,
-              j.started_at, now() AS finished_at, j.errors, j.batch_id, j.order_key
+              j.started_at, now() AS finished_at, j.errors, j.batch_id,
+              to_jsonb(j) ->> 'order_key' AS order_key
 ),
 moved AS (
     UPDATE pgq.jobs AS j
@@ -210,7 +214,7 @@ moved AS (
     WHERE j.id = t.id
       AND %(resolution)s::text IN ('retry', 'discarded')
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors, j.batch_id, j.order_key
+              j.finished_at, j.errors, j.batch_id, to_jsonb(j) ->> 'order_key' AS order_key
 ),
 finished AS (
     SELECT * FROM removed
