@@ -10,6 +10,7 @@ their order; bad input is refused before anything is written.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
@@ -35,6 +36,7 @@ from supervisor import (
 from supervisor.queue.maintenance import ReplayFilter, replay, rescue_batch
 from supervisor.queue.outcomes import Settlement
 from supervisor.views.order import job_order
+from tests.integration.operator_helpers import Cli
 
 WORKER = "host:1:a"
 
@@ -384,3 +386,30 @@ def test_a_bulk_debounce_with_an_order_key_replaces_the_head(
     assert ids[0] == head
     assert _states(conn, "d") == [(head, "available"), (ids[1], "waiting")]
     assert _key_row(conn, "d") == (2, head)
+
+
+def test_jobs_show_says_what_a_follower_waits_for(cli: Cli, conn: psycopg.Connection[Any]) -> None:
+    head = enqueue(conn, "hook", order_key="cust-7")
+    follower = enqueue(conn, "hook", order_key="cust-7")
+    enqueue(conn, "hook", order_key="cust-7")
+    _claim_all(conn)
+    shown = cli("jobs", "show", str(follower))
+    assert shown.code == 0
+    assert (
+        f"order key   cust-7: waits for job {head} (running) to end; 3 unfinished in the key"
+        in shown.out
+    )
+    assert (
+        "order key   cust-7: holds its key; 2 waiting behind it"
+        in cli("jobs", "show", str(head)).out
+    )
+    document = json.loads(cli("jobs", "show", str(follower), "--json").out)
+    assert document["order"] == {
+        "key": "cust-7",
+        "waits_for": head,
+        "waits_for_state": "running",
+        "holds_key": False,
+        "unfinished": 3,
+    }
+    plain = enqueue(conn, "hook")
+    assert json.loads(cli("jobs", "show", str(plain), "--json").out)["order"] is None
