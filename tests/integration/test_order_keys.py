@@ -413,3 +413,57 @@ def test_jobs_show_says_what_a_follower_waits_for(cli: Cli, conn: psycopg.Connec
     }
     plain = enqueue(conn, "hook")
     assert json.loads(cli("jobs", "show", str(plain), "--json").out)["order"] is None
+
+
+def test_producers_and_completions_of_the_same_keys_at_once(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    """A producer enqueues on three keys while two workers claim and complete: the enqueue and
+    the head's ending serialise on the key's row, so no follower is left behind, the jobs of a
+    key complete in id order, and the keys' rows are gone at the end."""
+    total = 150
+    produced = threading.Event()
+    completed: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with psycopg.connect(dsn) as c:
+                for n in range(total):
+                    enqueue(c, "hook", {"n": n}, order_key=f"k{n % 3}")
+                    c.commit()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            produced.set()
+
+    def work(name: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                idle = 0
+                while idle < 50:
+                    jobs = claim(c, "default", worker=f"h:1:{name}", limit=3)
+                    if not jobs:
+                        idle = idle + 1 if produced.is_set() else 0
+                        continue
+                    with lock:
+                        completed.extend((f"k{j.args['n'] % 3}", j.id) for j in jobs)
+                    complete(c, jobs)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=produce)] + [
+        threading.Thread(target=work, args=(n,)) for n in ("a", "b")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(completed) == total
+    for key in ("k0", "k1", "k2"):
+        ids = [job_id for k, job_id in completed if k == key]
+        assert ids == sorted(ids), key
+    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM pgq.order_keys").fetchone() == (0,)
