@@ -11,8 +11,8 @@
 -- Per key, under its row's lock (taken in (queue, key) order, one order for every caller, so two
 -- endings do not deadlock on them): the count goes down by the jobs that ended; when none is
 -- left the row goes; when the head ended, the key's next follower (the lowest id waiting, by
--- jobs_order_waiting) is released, due now (or at its own run_at, if later) so that the
--- claim's cursors, which resume past the last key they claimed, see it. Returns how many
+-- jobs_order_waiting) is released, due now (or at its own run_at, if later than the clock) so
+-- that the claim's cursors, which resume past the last key they claimed, see it. Returns how many
 -- followers it released.
 
 CREATE OR REPLACE FUNCTION pgq.order_ended(queues text[], keys text[], followers boolean[])
@@ -45,9 +45,14 @@ BEGIN
         CONTINUE WHEN NOT FOUND;
         next_id := NULL;
         IF left_ > 0 AND e.head_ended THEN
+            -- Due by the clock, not by now(): a follower enqueued while this transaction waited
+            -- for the key's row has a run_at after this transaction's start, and would wait
+            -- for a stager as 'scheduled' though due. One due later than the clock (its own
+            -- delay or run_at) waits for it.
             UPDATE pgq.jobs AS j
-            SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'available' END,
-                run_at = greatest(j.run_at, now())
+            SET state = CASE WHEN j.run_at > clock_timestamp() THEN 'scheduled'
+                             ELSE 'available' END,
+                run_at = CASE WHEN j.run_at > clock_timestamp() THEN j.run_at ELSE now() END
             WHERE j.id = (SELECT w.id
                           FROM pgq.jobs AS w
                           WHERE w.state = 'waiting'
