@@ -54,7 +54,15 @@ replayed AS (
     FROM replayable AS r
     LEFT JOIN pgq.workflow_steps AS w ON w.job_id = r.id
     WHERE j.id = r.id
-    RETURNING j.id, j.queue, j.batch_id
+    RETURNING j.id, j.queue, j.batch_id, j.order_key
+),
+rejoined AS (
+    -- A dead letter with an order key joins its key again, as an enqueue does: it waits when
+    -- a job of the key has not ended (pgq.order_rejoin, 0066).
+    SELECT pgq.order_rejoin(array_agg(id ORDER BY id))
+    FROM replayed
+    WHERE order_key IS NOT NULL
+    HAVING count(*) > 0
 ),
 reopened AS (
     SELECT pgq.workflow_reopen(array_agg(id ORDER BY id))
@@ -65,6 +73,7 @@ reopened AS (
 SELECT id, queue, NULL::text AS unique_key, true AS replayed
 FROM replayed
 CROSS JOIN (SELECT count(*) FROM reopened) AS o
+CROSS JOIN (SELECT count(*) FROM rejoined) AS k
 UNION ALL
 SELECT m.id, NULL, m.unique_key, false
 FROM matching AS m
@@ -78,10 +87,26 @@ WHERE m.id NOT IN (SELECT id FROM replayable);
 -- happened: 'cancelled now', 'cancel requested' (running: stopping) or its state when it had
 -- already finished ('discarded', 'cancelled'). FOR UPDATE waits for a claim in flight, so a job claimed
 -- at this very moment is seen running, never cancelled under its new owner.
-WITH target AS (
+-- A job with an order key (0066) that has not started is cancelled under its key's row lock,
+-- taken before the job's (keys_first), in the order of every ending: the ending of the key's
+-- running head takes the key, then the follower it releases; cancelling that follower the
+-- other way round would deadlock with it.
+WITH keys_first AS (
+    SELECT o.queue
+    FROM pgq.order_keys AS o
+    WHERE (o.queue, o.key) IN (SELECT j.queue, j.order_key
+                               FROM pgq.jobs AS j
+                               WHERE j.id = ANY(%(ids)s::bigint[])
+                                 AND j.order_key IS NOT NULL
+                                 AND j.state IN ('available', 'scheduled', 'waiting'))
+    ORDER BY o.queue COLLATE "C", o.key COLLATE "C"
+    FOR UPDATE OF o
+),
+target AS (
     SELECT id, state
     FROM pgq.jobs
     WHERE id = ANY(%(ids)s::bigint[])
+      AND (SELECT count(*) FROM keys_first) >= 0
     FOR UPDATE
 ),
 waiting AS (
@@ -95,12 +120,22 @@ waiting AS (
       -- then cancels its 'cancel' descendants (pgq.workflow_ended).
       AND t.state IN ('available', 'scheduled', 'waiting')
     RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.finished_at,
-              j.errors, j.batch_id
+              j.errors, j.batch_id, j.order_key
 ),
 ended AS (
     SELECT pgq.batch_ended(array_agg(id), array_agg(batch_id), array_agg('cancelled'::text))
     FROM waiting
     WHERE batch_id IS NOT NULL
+    HAVING count(*) > 0
+),
+ordered AS (
+    -- A cancelled head lets its key's next follower go; a cancelled follower only leaves the
+    -- key's count (pgq.order_ended, 0066).
+    SELECT pgq.order_ended(array_agg(w.queue), array_agg(w.order_key),
+                           array_agg(t.state = 'waiting'))
+    FROM waiting AS w
+    JOIN target AS t ON t.id = w.id
+    WHERE w.order_key IS NOT NULL
     HAVING count(*) > 0
 ),
 requested AS (
@@ -128,6 +163,7 @@ FROM target AS t
 LEFT JOIN waiting AS w ON w.id = t.id
 LEFT JOIN requested AS r ON r.id = t.id
 CROSS JOIN (SELECT count(*) FROM ended) AS e
+CROSS JOIN (SELECT count(*) FROM ordered) AS o
 ORDER BY t.id;
 
 -- name: cancel_requests

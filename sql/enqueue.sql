@@ -196,3 +196,97 @@ SELECT
             THEN pgq.take_wakeups(queue)
     END
 FROM upserted;
+
+-- name: enqueue_ordered
+-- A job with an order key (0066): pgq.enqueue itself, which takes the key's row in
+-- pgq.order_keys before it inserts (so a key's producers and its endings serialise there), writes
+-- the job as its key's head (available or scheduled, as usual) or as a follower ('waiting'), and
+-- gives the count back when it inserts nothing (a held unique key, a debounce that replaced the
+-- key's head). Due now or at %(run_at)s or in %(delay)s seconds; with %(debounced)s, %(delay)s is
+-- the debounce. Wake-ups as in enqueue (the function raises them whatever notify says).
+SELECT pgq.enqueue(
+    kind => %(kind)s::text,
+    args => %(args)s::jsonb,
+    queue => %(queue)s::text,
+    priority => %(priority)s::integer,
+    run_at => CASE WHEN NOT %(debounced)s::boolean
+                   THEN coalesce(%(run_at)s::timestamptz,
+                                 now() + make_interval(secs => %(delay)s::float8)) END,
+    max_attempts => %(max_attempts)s::integer,
+    unique_key => %(unique_key)s::text,
+    tenant => %(tenant)s::text,
+    traceparent => %(traceparent)s::text,
+    debounce => CASE WHEN %(debounced)s::boolean
+                     THEN make_interval(secs => %(delay)s::float8) END,
+    order_key => %(order_key)s::text
+);
+
+-- name: order_keys_join
+-- A bulk enqueue's ordered jobs take their keys (0066): per (queue, key), %(counts)s more
+-- unfinished jobs, the rows taken in (queue, key) order (the order of every caller's, so two
+-- bulk enqueues do not deadlock on them) before the jobs are written. Returns each key's count
+-- after: the count before (after - count) says how many of the key's jobs go ahead of these.
+INSERT INTO pgq.order_keys AS o (queue, key, unfinished, head_id)
+SELECT t.queue, t.key, t.n, 0
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(counts)s::integer[]) AS t(queue, key, n)
+ORDER BY t.queue COLLATE "C", t.key COLLATE "C"
+ON CONFLICT (queue, key) DO UPDATE SET unfinished = o.unfinished + EXCLUDED.unfinished
+RETURNING o.queue, o.key, o.unfinished;
+
+-- name: enqueue_ordered_rows
+-- The ordered jobs of a bulk enqueue, after order_keys_join: each a head (written as usual,
+-- available or scheduled) or, with %(follows)s, a follower ('waiting'). In input order, so the
+-- ids of a key's jobs follow it. Returns each id in input order with its key, and whether it is
+-- due later before the stagers' next look; the due heads' queues are woken as in enqueue_many.
+WITH inserted AS (
+    INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, traceparent,
+                          tenant, order_key)
+    SELECT
+        t.queue,
+        t.kind,
+        t.args,
+        t.priority,
+        r.run_at,
+        CASE WHEN t.follows THEN 'waiting'
+             WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        t.max_attempts,
+        t.traceparent,
+        t.tenant,
+        t.order_key
+    FROM ROWS FROM (
+        unnest(%(queues)s::text[]),
+        unnest(%(kinds)s::text[]),
+        jsonb_array_elements(%(args)s::jsonb),
+        unnest(%(priorities)s::smallint[]),
+        unnest(%(run_ats)s::timestamptz[]),
+        unnest(%(delays)s::float8[]),
+        unnest(%(max_attempts)s::integer[]),
+        unnest(%(traceparents)s::text[]),
+        unnest(%(tenants)s::text[]),
+        unnest(%(order_keys)s::text[]),
+        unnest(%(follows)s::boolean[])
+    ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts,
+                           traceparent, tenant, order_key, follows, ord)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(t.run_at, now() + make_interval(secs => t.delay)) AS run_at
+    ) AS r
+    ORDER BY t.ord
+    RETURNING id, queue, order_key, state, run_at
+)
+SELECT
+    id,
+    state = 'scheduled' AND pgq.wakes_stagers(run_at) AS wakes_stagers,
+    (SELECT count(*) FILTER (WHERE pgq.take_wakeups(q))
+     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS d(q)
+     WHERE %(notify)s
+       AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted))
+FROM inserted;
+
+-- name: order_heads
+-- The keys a bulk enqueue opened (none of their jobs was unfinished before it) get their head:
+-- the first of its jobs there, the one not written 'waiting'.
+UPDATE pgq.order_keys AS o
+SET head_id = h.id
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(ids)s::bigint[]) AS h(queue, key, id)
+WHERE o.queue = h.queue
+  AND o.key = h.key;

@@ -141,3 +141,14 @@ SELECT j.priority, j.run_at,
 FROM pgq.jobs AS j
 WHERE j.id = %(id)s
   AND j.state = 'available';
+
+-- name: job_order
+-- The order key of job %(id)s (0066) for `jobs show`: its key, the job that holds the key now
+-- (pgq.order_keys.head_id: the one a follower waits for) with its state, and how many of the
+-- key's jobs have not ended. No row for a job without a key.
+SELECT j.order_key, j.state, o.head_id, h.state AS head_state, o.unfinished
+FROM pgq.jobs AS j
+LEFT JOIN pgq.order_keys AS o ON o.queue = j.queue AND o.key = j.order_key
+LEFT JOIN pgq.jobs AS h ON h.id = o.head_id
+WHERE j.id = %(id)s
+  AND j.order_key IS NOT NULL;

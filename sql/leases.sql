@@ -148,7 +148,7 @@ moved AS (
     FROM decided AS d
     WHERE j.ctid = d.tid
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors, j.batch_id
+              j.finished_at, j.errors, j.batch_id, j.order_key
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -164,11 +164,20 @@ ended AS (
     WHERE batch_id IS NOT NULL
       AND state IN ('discarded', 'cancelled')
     HAVING count(*) > 0
+),
+ordered AS (
+    -- Jobs with order keys that ended let their keys' next followers go (pgq.order_ended, 0066).
+    SELECT pgq.order_ended(array_agg(queue), array_agg(order_key), array_agg(false))
+    FROM moved
+    WHERE order_key IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
 )
 SELECT m.id, m.queue, m.kind, m.state, m.attempts, t.lease_until
 FROM moved AS m
 JOIN target AS t USING (id)
 CROSS JOIN (SELECT count(*) FROM ended) AS e
+CROSS JOIN (SELECT count(*) FROM ordered) AS o
 ORDER BY t.lease_until;
 
 -- name: child_session_timeouts

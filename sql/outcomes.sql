@@ -162,6 +162,9 @@ RETURNING j.id;
 -- applied: the job stays unknown and comes back as 'held', with that job's id (the holder
 -- column; null otherwise). Since 0041 an unknown job holds its key, so this is only met on a
 -- database whose duplicates predate it (0040 refuses to migrate until they are resolved).
+-- The order key (0066) is read through to_jsonb(j): the operator resolves those duplicates with
+-- this release on a database that migrate left before 0041, where the column does not exist
+-- yet (a rare statement: the row's conversion costs nothing that matters).
 WITH held AS (
     SELECT j.id, j.queue, j.kind, 'held'::text AS state, h.id AS holder
     FROM pgq.jobs AS j
@@ -195,7 +198,8 @@ removed AS (
     WHERE j.id = t.id
       AND %(resolution)s::text = 'completed'
     RETURNING j.id, j.queue, j.kind, 'completed'::text AS state, j.attempts, j.created_at,
-              j.started_at, now() AS finished_at, j.errors, j.batch_id
+              j.started_at, now() AS finished_at, j.errors, j.batch_id,
+              to_jsonb(j) ->> 'order_key' AS order_key
 ),
 moved AS (
     UPDATE pgq.jobs AS j
@@ -210,7 +214,7 @@ moved AS (
     WHERE j.id = t.id
       AND %(resolution)s::text IN ('retry', 'discarded')
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors, j.batch_id
+              j.finished_at, j.errors, j.batch_id, to_jsonb(j) ->> 'order_key' AS order_key
 ),
 finished AS (
     SELECT * FROM removed
@@ -230,6 +234,14 @@ ended AS (
     WHERE batch_id IS NOT NULL
     HAVING count(*) > 0
 ),
+ordered AS (
+    -- A resolved job with an order key lets its key's next follower go (pgq.order_ended, 0066);
+    -- one resolved 'retry' keeps holding its key.
+    SELECT pgq.order_ended(array_agg(queue), array_agg(order_key), array_agg(false))
+    FROM finished
+    WHERE order_key IS NOT NULL
+    HAVING count(*) > 0
+),
 woken AS (
     SELECT pg_notify('pgq_jobs', queue)
     FROM moved
@@ -243,5 +255,6 @@ FROM (SELECT id, queue, kind, state, NULL::bigint AS holder FROM removed
       UNION ALL
       SELECT id, queue, kind, state, holder FROM held) AS r
 CROSS JOIN (SELECT count(*) FROM ended) AS e
+CROSS JOIN (SELECT count(*) FROM ordered) AS o
 CROSS JOIN (SELECT count(*) FROM woken) AS w
 ORDER BY r.id;

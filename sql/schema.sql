@@ -143,6 +143,7 @@ CREATE TABLE pgq.jobs (
     batch jsonb,
     traceparent text,
     debounce_key text,
+    order_key text,
     CONSTRAINT jobs_attempts_check CHECK (((attempts >= 0) AND (max_attempts >= 1))),
     CONSTRAINT jobs_fenced_iff_running CHECK (((state = 'running'::text) = (lease_id IS NOT NULL))),
     CONSTRAINT jobs_kind_check CHECK ((kind <> ''::text)),
@@ -206,6 +207,16 @@ ALTER TABLE pgq.maintenance_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTIT
     NO MAXVALUE
     CACHE 1
 );
+
+-- table order_keys
+CREATE TABLE pgq.order_keys (
+    queue text NOT NULL,
+    key text NOT NULL,
+    unfinished integer NOT NULL,
+    head_id bigint NOT NULL,
+    CONSTRAINT order_keys_unfinished_check CHECK ((unfinished >= 1))
+)
+WITH (fillfactor='70');
 
 -- table queue_limits
 CREATE TABLE pgq.queue_limits (
@@ -379,6 +390,10 @@ ALTER TABLE ONLY pgq.maintenance
 ALTER TABLE ONLY pgq.maintenance_runs
     ADD CONSTRAINT maintenance_runs_pkey PRIMARY KEY (id);
 
+-- constraint order_keys order_keys_pkey
+ALTER TABLE ONLY pgq.order_keys
+    ADD CONSTRAINT order_keys_pkey PRIMARY KEY (queue, key);
+
 -- constraint queue_limits queue_limits_pkey
 ALTER TABLE ONLY pgq.queue_limits
     ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (queue);
@@ -472,6 +487,9 @@ CREATE INDEX jobs_discarded ON pgq.jobs USING btree (finished_at) WHERE (state =
 -- index jobs_lease
 CREATE INDEX jobs_lease ON pgq.jobs USING btree (lease_until) WHERE (state = 'running'::text);
 
+-- index jobs_order_waiting
+CREATE INDEX jobs_order_waiting ON pgq.jobs USING btree (queue, order_key, id) WHERE ((state = 'waiting'::text) AND (order_key IS NOT NULL));
+
 -- index jobs_running
 CREATE INDEX jobs_running ON pgq.jobs USING btree (queue, COALESCE(tenant, ''::text) COLLATE "C") WHERE (state = 'running'::text);
 
@@ -526,6 +544,10 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/limit_take.sql
 \ir functions/limit_take_all.sql
 \ir functions/limit_take_tokens.sql
+\ir functions/order_ended.sql
+\ir functions/order_head.sql
+\ir functions/order_rejoin.sql
+\ir functions/order_unjoin.sql
 \ir functions/take_wakeups.sql
 \ir functions/tenant_note_name.sql
 \ir functions/tenant_room.sql

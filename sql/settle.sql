@@ -52,7 +52,7 @@ WITH settled AS (
       AND j.id = o.id
       AND j.lease_id = o.lease_id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors, j.batch_id
+              j.finished_at, j.errors, j.batch_id, j.order_key
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -68,10 +68,19 @@ ended AS (
     WHERE batch_id IS NOT NULL
       AND state IN ('discarded', 'cancelled')
     HAVING count(*) > 0
+),
+ordered AS (
+    -- Jobs with order keys that ended let their keys' next followers go (pgq.order_ended, 0066).
+    SELECT pgq.order_ended(array_agg(queue), array_agg(order_key), array_agg(false))
+    FROM settled
+    WHERE order_key IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
 )
 SELECT s.id
 FROM settled AS s
-CROSS JOIN (SELECT count(*) FROM ended) AS e;
+CROSS JOIN (SELECT count(*) FROM ended) AS e
+CROSS JOIN (SELECT count(*) FROM ordered) AS o;
 
 -- name: renew_leases
 -- Extends the leases of claimed jobs, fenced on (id, lease_id) alone
@@ -176,7 +185,7 @@ moved AS (
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.queue, j.kind, j.state, j.attempts, j.created_at, j.started_at,
-              j.finished_at, j.errors, j.batch_id
+              j.finished_at, j.errors, j.batch_id, j.order_key
 ),
 recorded AS (
     INSERT INTO pgq.job_history (id, queue, kind, outcome, attempts, created_at, started_at,
@@ -192,7 +201,16 @@ ended AS (
     WHERE batch_id IS NOT NULL
       AND state IN ('discarded', 'cancelled')
     HAVING count(*) > 0
+),
+ordered AS (
+    -- Jobs with order keys that ended let their keys' next followers go (pgq.order_ended, 0066).
+    SELECT pgq.order_ended(array_agg(queue), array_agg(order_key), array_agg(false))
+    FROM moved
+    WHERE order_key IS NOT NULL
+      AND state IN ('discarded', 'cancelled')
+    HAVING count(*) > 0
 )
 SELECT m.id, m.queue, m.kind, m.state, m.attempts
 FROM moved AS m
-CROSS JOIN (SELECT count(*) FROM ended) AS e;
+CROSS JOIN (SELECT count(*) FROM ended) AS e
+CROSS JOIN (SELECT count(*) FROM ordered) AS o;

@@ -12,7 +12,8 @@ DELETE FROM pgq.jobs AS j
 WHERE j.id = ANY (%(done_ids)s::bigint[])
   AND j.lease_id = (%(done_lease_ids)s::bigint[])[
       array_position(%(done_ids)s::bigint[], j.id)]
-RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors, j.batch_id
+RETURNING j.id, j.queue, j.kind, j.attempts, j.created_at, j.started_at, j.errors, j.batch_id,
+          j.order_key
 
 -- name: recorded
 -- With %(history)s, a compact history row for each (with the errors of its earlier attempts:

@@ -28,7 +28,9 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max
 -- %(results)s is a JSON array of [id, value] pairs ('[]' when none returned anything), kept in
 -- pgq.job_results for the jobs still ours (pgq.keep_results, only when some job returned
 -- something); a finished job of a batch counts down its batch (pgq.batch_ended, only when some
--- job belongs to a batch), which enqueues the batch's `then` job when it was the last. They run
+-- job belongs to a batch), which enqueues the batch's `then` job when it was the last; a
+-- finished job with an order key lets its key's next follower go (pgq.order_ended, 0066, only
+-- when some job has a key). They run
 -- after the claim (so the batch counters' row locks are held for the commit alone), and the
 -- claim's own text stays within the 1,024 characters pg_stat_activity keeps of a query.
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
@@ -43,7 +45,9 @@ FROM (
            array_agg(kind) AS kinds,
            array_agg(attempts) AS attempts,
            array_agg(id) FILTER (WHERE batch_id IS NOT NULL) AS members,
-           array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL) AS batches
+           array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL) AS batches,
+           array_agg(queue) FILTER (WHERE order_key IS NOT NULL) AS ordered_queues,
+           array_agg(order_key) FILTER (WHERE order_key IS NOT NULL) AS order_keys
     FROM done
 ) AS d
 CROSS JOIN LATERAL (
@@ -55,5 +59,10 @@ CROSS JOIN LATERAL (
                WHEN d.members IS NOT NULL
                THEN pgq.batch_ended(d.members, d.batches,
                                     array_fill('completed'::text, ARRAY[cardinality(d.members)]))
-           END AS ended
+           END AS ended,
+           CASE
+               WHEN d.order_keys IS NOT NULL
+               THEN pgq.order_ended(d.ordered_queues, d.order_keys,
+                                    array_fill(false, ARRAY[cardinality(d.order_keys)]))
+           END AS ordered
 ) AS side

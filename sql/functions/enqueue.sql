@@ -1,13 +1,15 @@
 -- pgq.enqueue: its current definition (applied by migrate after the numbered
 -- migrations, whenever this file changes; see sql/functions/README.md).
--- Last changed by 0064 (debounce => interval, issue 33); before it, 0042 (an unknown job holds
--- its key: its holder is returned).
+-- Last changed by 0066 (order_key => text, issue 33); before it, 0064 (debounce => interval),
+-- 0042 (an unknown job holds its key: its holder is returned).
 
 -- The signatures it had before: two overloads would make every call by name
 -- ambiguous, so a database still holding one loses it here.
 DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text);
 DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
 DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text);
+DROP FUNCTION IF EXISTS pgq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text,
+                                    interval);
 
 CREATE OR REPLACE FUNCTION pgq.enqueue(
     kind          text,
@@ -19,7 +21,8 @@ CREATE OR REPLACE FUNCTION pgq.enqueue(
     unique_key    text        DEFAULT NULL,
     tenant        text        DEFAULT NULL,
     traceparent   text        DEFAULT NULL,
-    debounce      interval    DEFAULT NULL
+    debounce      interval    DEFAULT NULL,
+    order_key     text        DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -28,8 +31,12 @@ AS $$
 -- Inside statements on pgq.jobs a bare name is the column; the arguments are named enqueue.x.
 #variable_conflict use_column
 DECLARE
-    job_id  bigint;
-    size    integer;
+    job_id   bigint;
+    size     integer;
+    -- With an order key: whether the job waits behind its key's head, and (debounce) whether
+    -- the upsert inserted a job rather than replacing one.
+    follows  boolean := false;
+    fresh    boolean := true;
 BEGIN
     IF kind IS NULL OR btrim(kind) = '' THEN
         RAISE EXCEPTION 'pgq.enqueue: kind must not be empty' USING ERRCODE = '22023';
@@ -77,6 +84,25 @@ BEGIN
         RAISE EXCEPTION 'pgq.enqueue: job %: tenant must be 1 to 200 printable characters',
             quote_literal(kind) USING ERRCODE = '22023';
     END IF;
+    IF order_key IS NOT NULL AND (btrim(order_key) = '' OR char_length(order_key) > 200) THEN
+        RAISE EXCEPTION 'pgq.enqueue: job %: order_key must be 1 to 200 characters',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    IF order_key IS NOT NULL AND unique_key IS NOT NULL AND debounce IS NULL THEN
+        -- A follower waits in 'waiting', outside the unique indexes' states (0041): it could
+        -- not hold its unique key. A debounce's key is held only until its job starts anyway.
+        RAISE EXCEPTION 'pgq.enqueue: job %: give unique_key or order_key, not both',
+            quote_literal(kind) USING ERRCODE = '22023';
+    END IF;
+    IF order_key IS NOT NULL THEN
+        -- The key's row first (0066): its lock orders this enqueue among the key's other
+        -- producers and its endings, and the count says whether a job of the key is unfinished.
+        -- A new key's head_id is filled in once the job has its id (pgq.order_head, below).
+        INSERT INTO pgq.order_keys AS o (queue, key, unfinished, head_id)
+        VALUES (enqueue.queue, enqueue.order_key, 1, 0)
+        ON CONFLICT (queue, key) DO UPDATE SET unfinished = o.unfinished + 1
+        RETURNING o.unfinished > 1 INTO follows;
+    END IF;
     IF debounce IS NOT NULL THEN
         IF unique_key IS NULL THEN
             RAISE EXCEPTION 'pgq.enqueue: job %: debounce needs a unique_key (the key it debounces)',
@@ -92,17 +118,49 @@ BEGIN
         END IF;
         -- One statement: a concurrent debounce of the same key waits on the row's lock and
         -- then updates it, or inserts when the row it waited for has started meanwhile.
-        INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
-                                   debounce_key, tenant, traceparent)
-        VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
-                now() + debounce,
-                CASE WHEN debounce > interval '0' THEN 'scheduled' ELSE 'available' END,
-                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
-        ON CONFLICT (debounce_key)
-            WHERE debounce_key IS NOT NULL AND state IN ('available', 'scheduled')
-              AND started_at IS NULL
-        DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at, state = EXCLUDED.state
-        RETURNING j.id INTO job_id;
+        -- The job it replaces has not started, so it is its key's head if it has an order key
+        -- (followers wait outside the arbiter's index): it keeps its place, and the count
+        -- taken above for a new job is given back below. A new job that would follow its key
+        -- is written 'waiting', which the arbiter's index does not hold, so the insert would
+        -- not meet the waiting head: the head is looked for first (the key's row lock, held,
+        -- orders this among the key's producers).
+        IF follows THEN
+            UPDATE pgq.jobs AS j
+            SET args = enqueue.args,
+                run_at = now() + debounce,
+                state = CASE WHEN debounce > interval '0' THEN 'scheduled' ELSE 'available' END
+            WHERE j.debounce_key = enqueue.unique_key
+              AND j.state IN ('available', 'scheduled')
+              AND j.started_at IS NULL
+            RETURNING j.id, false INTO job_id, fresh;
+        END IF;
+        IF job_id IS NULL THEN
+            -- xmax is 0 in the row an upsert inserted, a lock's xid in one it updated.
+            INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
+                                       debounce_key, tenant, traceparent, order_key)
+            VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
+                    now() + debounce,
+                    CASE WHEN follows THEN 'waiting'
+                         WHEN debounce > interval '0' THEN 'scheduled' ELSE 'available' END,
+                    enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent,
+                    enqueue.order_key)
+            ON CONFLICT (debounce_key)
+                WHERE debounce_key IS NOT NULL AND state IN ('available', 'scheduled')
+                  AND started_at IS NULL
+            DO UPDATE SET args = EXCLUDED.args, run_at = EXCLUDED.run_at,
+                          state = CASE WHEN debounce > interval '0' THEN 'scheduled'
+                                       ELSE 'available' END
+            RETURNING j.id, j.xmax = 0 INTO job_id, fresh;
+        END IF;
+        IF order_key IS NOT NULL AND NOT fresh THEN
+            -- It replaced a job: nothing new in the key, which is woken for as usual below.
+            PERFORM pgq.order_unjoin(enqueue.queue, enqueue.order_key);
+        ELSIF order_key IS NOT NULL AND NOT follows THEN
+            PERFORM pgq.order_head(enqueue.queue, enqueue.order_key, job_id);
+        ELSIF follows THEN
+            -- A new follower: nothing to wake until its key's head ends.
+            RETURN job_id;
+        END IF;
         IF debounce > interval '0' THEN
             IF pgq.wakes_stagers(now() + debounce) THEN
                 PERFORM pg_notify('pgq_scheduled', '');
@@ -116,12 +174,15 @@ BEGIN
     LOOP
         -- A job due later waits as 'scheduled', outside the claim index (0004), and wakes the
         -- masters' stagers; a job due now wakes its queue's workers.
+        -- A follower waits as 'waiting' (0066) until its key's earlier jobs have ended.
         INSERT INTO pgq.jobs AS j (queue, kind, args, priority, run_at, state, max_attempts,
-                                   unique_key, tenant, traceparent)
+                                   unique_key, tenant, traceparent, order_key)
         VALUES (enqueue.queue, enqueue.kind, enqueue.args, enqueue.priority,
                 coalesce(enqueue.run_at, now()),
-                CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
-                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent)
+                CASE WHEN follows THEN 'waiting'
+                     WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END,
+                enqueue.max_attempts, enqueue.unique_key, enqueue.tenant, enqueue.traceparent,
+                enqueue.order_key)
         -- `id > 0` (always true) makes both unique indexes the arbiters (0041 says why).
         ON CONFLICT (unique_key)
             WHERE unique_key IS NOT NULL AND state IN ('available', 'running', 'scheduled')
@@ -129,6 +190,12 @@ BEGIN
         DO NOTHING
         RETURNING j.id INTO job_id;
         IF job_id IS NOT NULL THEN
+            IF follows THEN
+                RETURN job_id;
+            END IF;
+            IF order_key IS NOT NULL THEN
+                PERFORM pgq.order_head(enqueue.queue, enqueue.order_key, job_id);
+            END IF;
             IF enqueue.run_at > now() THEN
                 IF pgq.wakes_stagers(enqueue.run_at) THEN
                     PERFORM pg_notify('pgq_scheduled', '');

@@ -33,6 +33,7 @@ from supervisor.shared.redact import redact, shown
 from supervisor.shared.words import plural
 from supervisor.views.aging import aging_lines, job_aging
 from supervisor.views.clock import server_clock
+from supervisor.views.order import job_order, order_lines
 from supervisor.views.text import age, clock_time, iso, listing, safe, safe_block, table
 
 ERROR_COLUMN = 60  # characters of the error line shown in `jobs list`
@@ -214,6 +215,7 @@ def jobs_show(ctx: Context) -> int:
             if job is not None
             else None
         )
+        ordered = job_order(conn, ctx.args.id) if job is not None else None
     if job is not None:
         job = shown(job, ctx.config.web.redact)
     # What a handler returned may carry a redacted key's value too (a card echoed back).
@@ -235,6 +237,7 @@ def jobs_show(ctx: Context) -> int:
         document.update(costs_view.to_json(spent))
         document["progress"] = said.to_json() if said is not None else None
         document["aging"] = aged
+        document["order"] = ordered
         print(json.dumps(document, indent=2, ensure_ascii=False))
         return MasterExit.OK
 
@@ -253,6 +256,7 @@ def jobs_show(ctx: Context) -> int:
         f"  priority    {job.priority}",
         *aging_lines(aged),
         f"  unique key  {safe(job.unique_key)}",
+        *order_lines(ordered),
         f"  created     {when(job.created_at)}",
         f"  run at      {when(job.run_at)}",
         f"  last run    {when(job.started_at)}",

@@ -91,6 +91,11 @@ def _batch_steps(jobs: Iterable[NewJob], then: NewJob | None) -> _Steps:
             f"then job {then_row.kind!r}: cannot have a unique_key ({then_row.unique_key!r}); "
             "it is enqueued once per batch anyway"
         )
+    if then_row is not None and then_row.order_key is not None:
+        raise EnqueueError(
+            f"then job {then_row.kind!r}: cannot have an order_key ({then_row.order_key!r}); "
+            "it runs once the whole batch has ended"
+        )
     if then_row is not None and then_row.run_at is not None:
         raise EnqueueError(
             f"then job {then_row.kind!r}: run_at cannot be known in advance; give a delay "

@@ -26,7 +26,7 @@ from typing import Any, Literal, NamedTuple
 import psycopg
 from psycopg.rows import tuple_row
 
-from supervisor.queue import keyring
+from supervisor.queue import keyring, ordered
 from supervisor.queue import secrets as envelope
 from supervisor.queue import tracecontext as tracing
 from supervisor.queue.keyring import KeysError
@@ -73,13 +73,16 @@ class NewJob:
     tenant: str | None = None
     # Seconds: with unique_key, replace the waiting job of that key (see enqueue).
     debounce: float | timedelta | None = None
+    # Jobs of one queue sharing an order key start one at a time, in enqueue order (see enqueue).
+    order_key: str | None = None
 
 
 class _Row(NamedTuple):
     """A job checked and ready to send: its fields but the last in the order the ``enqueue``
     statement takes its parameters (``_ENQUEUE_ORDER``), so the one-job path sends the row
     itself as a tuple. A debounced row carries its debounce key as unique_key and its
-    debounce as delay (``enqueue_debounced`` takes the same parameters)."""
+    debounce as delay (``enqueue_debounced`` takes the same parameters). The last two fields
+    are not sent as such: a row with an order key goes through ``enqueue_ordered``."""
 
     queue: str
     kind: str
@@ -92,11 +95,14 @@ class _Row(NamedTuple):
     run_at: datetime | None
     delay: float
     debounced: bool = False
+    order_key: str | None = None
 
 
 # The enqueue statements' parameters in the order they appear in their SQL: _Row's fields but
-# `debounced`, then the wake-up switch. queries.positional checks it against sql/enqueue.sql.
-_ENQUEUE_ORDER = (*_Row._fields[:-1], "notify")
+# `debounced` and `order_key`, then the wake-up switch. queries.positional checks it against
+# sql/enqueue.sql.
+_SENT = len(_Row._fields) - 2
+_ENQUEUE_ORDER = (*_Row._fields[:_SENT], "notify")
 
 
 def check_name(what: str, value: object, *, printable: bool = True) -> str:
@@ -299,6 +305,7 @@ def _validate(job: NewJob, current_trace: str | None = None) -> _Row:
             job.tenant,
             current_trace,
             job.debounce,
+            job.order_key,
         )
     except AttributeError:
         if isinstance(job, NewJob):
@@ -335,6 +342,7 @@ def _check(
     tenant: str | None,
     current_trace: str | None,
     debounce: float | timedelta | None = None,
+    order_key: str | None = None,
 ) -> _Row:
     """Every check of one job, in a fixed order, or the EnqueueError of the first that fails.
 
@@ -388,9 +396,18 @@ def _check(
     if tenant is not None:
         # Tenants are named in logs, metrics and the dashboard: printable, like queue names.
         tenant = check_name(f"job {kind!r}: tenant", tenant)
+    if order_key is not None:
+        # An application's identifier (an account, a conversation), like a unique key.
+        order_key = check_name(f"job {kind!r}: order_key", order_key, printable=False)
     debounced = debounce is not None
     if debounced:
         seconds = _debounce(kind, debounce, unique_key, delay, run_at)
+    elif order_key is not None and unique_key is not None:
+        # A follower waits outside the unique indexes' states, so it could not hold its key.
+        raise EnqueueError(
+            f"job {kind!r}: give unique_key or order_key, not both (a debounce's key may go "
+            "with an order key)"
+        )
     text = encode_args(kind, args)
     if traceparent is None:
         traceparent = current_trace
@@ -408,6 +425,7 @@ def _check(
         run_at,
         seconds,
         debounced,
+        order_key,
     )
 
 
@@ -529,19 +547,42 @@ def _check_notify(what: str, notify: object) -> None:
         raise EnqueueError(f"{what}: notify must be True or False, not {type(notify).__name__}")
 
 
+def _ordered_params(row: _Row) -> dict[str, Any]:
+    """The parameters of ``enqueue_ordered`` for one row (with an order key)."""
+    return {
+        "kind": row.kind,
+        "args": row.args,
+        "queue": row.queue,
+        "priority": row.priority,
+        "run_at": row.run_at,
+        "delay": row.delay,
+        "debounced": row.debounced,
+        "max_attempts": row.max_attempts,
+        "unique_key": row.unique_key,
+        "tenant": row.tenant,
+        "traceparent": row.traceparent,
+        "order_key": row.order_key,
+    }
+
+
 def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
     _check_notify(f"job {row.kind!r}", notify)
+    if row.order_key is not None:
+        # pgq.enqueue itself (0066): the key's row is taken before the insert, its count tells
+        # head from follower, and a job not inserted (a held unique key) is not counted.
+        ordered = yield _Step("enqueue_ordered", _ordered_params(row), "one")
+        return int(ordered[0])
     if row.debounced:
         # One upsert: it always returns the job (replaced or new), never loops.
         upserted = yield _Step(
             "enqueue_debounced",
-            (*row[:-1], notify),
+            (*row[:_SENT], notify),
             "one",
             positional("enqueue_debounced", _ENQUEUE_ORDER),
         )
         return int(upserted[0])
     inserted = yield _Step(
-        "enqueue", (*row[:-1], notify), "one", positional("enqueue", _ENQUEUE_ORDER)
+        "enqueue", (*row[:_SENT], notify), "one", positional("enqueue", _ENQUEUE_ORDER)
     )
     while True:
         if inserted is not None:
@@ -552,7 +593,7 @@ def _enqueue_steps(row: _Row, notify: bool) -> _Steps:
         # The holder of the key finished between our insert and our look-up: the key is free
         # again, so the insert can now succeed.
         inserted = yield _Step(
-            "enqueue", (*row[:-1], notify), "one", positional("enqueue", _ENQUEUE_ORDER)
+            "enqueue", (*row[:_SENT], notify), "one", positional("enqueue", _ENQUEUE_ORDER)
         )
 
 
@@ -568,6 +609,7 @@ def _one_row(
     traceparent: str | None,
     tenant: str | None,
     debounce: float | timedelta | None,
+    order_key: str | None = None,
 ) -> _Row:
     """The checked row of ``enqueue``'s (and ``enqueue_async``'s) arguments."""
     return _check(
@@ -583,6 +625,7 @@ def _one_row(
         tenant,
         tracing.current_traceparent() if traceparent is None else None,
         debounce,
+        order_key,
     )
 
 
@@ -601,6 +644,7 @@ def enqueue(
     notify: bool = True,
     traceparent: str | None = None,
     debounce: float | timedelta | None = None,
+    order_key: str | None = None,
 ) -> int:
     """Enqueue one job on ``conn`` (inside its current transaction) and return its id.
 
@@ -616,6 +660,12 @@ def enqueue(
     not started, the enqueue replaces its arguments, moves it to ``debounce`` seconds from now
     and returns its id; once it has started (or ended), a new job is enqueued, due in
     ``debounce`` seconds. Only debounced enqueues meet a debounced job's key.
+
+    Inside a queue, jobs that share an ``order_key`` (an account, a conversation: up to 200
+    characters) start one at a time, fleet-wide, in the order they were enqueued: a later one
+    waits (state 'waiting', never claimed, no attempt spent) until the one before it has ended
+    (completed, discarded or cancelled); one that is retried or whose outcome is unknown holds
+    the ones after it until it ends. Order inside a key wins over priority.
     """
     row = _one_row(
         kind,
@@ -629,6 +679,7 @@ def enqueue(
         traceparent,
         tenant,
         debounce,
+        order_key,
     )
     return int(_run(conn, _enqueue_steps(row, notify)))
 
@@ -648,6 +699,7 @@ async def enqueue_async(
     notify: bool = True,
     traceparent: str | None = None,
     debounce: float | timedelta | None = None,
+    order_key: str | None = None,
 ) -> int:
     """``enqueue`` for a ``psycopg.AsyncConnection``: same arguments, checks and semantics."""
     row = _one_row(
@@ -662,12 +714,20 @@ async def enqueue_async(
         traceparent,
         tenant,
         debounce,
+        order_key,
     )
     return int(await _run_async(conn, _enqueue_steps(row, notify)))
 
 
 def _enqueue_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     _check_notify("enqueue_many", notify)
+    if any(row.order_key is not None for row in rows):
+        paths = ordered.Paths(_Step, _enqueue_steps, _unordered_many_steps)
+        return (yield from ordered.with_order_keys(rows, notify, paths))
+    return (yield from _unordered_many_steps(rows, notify))
+
+
+def _unordered_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     if any(row.debounced for row in rows):
         return (yield from _mixed_steps(rows, notify))
     return (yield from _plain_many_steps(rows, notify))

@@ -249,6 +249,13 @@ def _workflow_steps(wf: Workflow, notify: bool) -> _Steps:
         if row.unique_key is not None:
             # A duplicate would be another job's id, outside the graph.
             raise EnqueueError(f"{where}: a step cannot have a unique_key ({row.unique_key!r})")
+        if row.order_key is not None:
+            # A step's order is its graph's edges; a key would hold it a second way, and a
+            # step cancelled by its parent's failure would not count its key down.
+            raise EnqueueError(
+                f"{where}: a step cannot have an order_key ({row.order_key!r}); order steps "
+                "with after=[...]"
+            )
         if count and row.run_at is not None:
             raise EnqueueError(
                 f"{where}: a step with parents cannot have a run_at (when they end is not known "

@@ -59,6 +59,7 @@ def test_jobs_table_has_the_columns_the_queries_use(conn: psycopg.Connection[Any
         "traceparent": ("text", False),
         "tenant": ("text", False),
         "debounce_key": ("text", False),
+        "order_key": ("text", False),
     }
 
 

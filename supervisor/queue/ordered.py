@@ -1,0 +1,114 @@
+"""Bulk enqueue of jobs with order keys (migration 0066): the jobs of a key start one at a time,
+in enqueue order, so each ordered job is written as its key's head or as a follower waiting
+behind it, by the count of the key's unfinished jobs in pgq.order_keys.
+
+One job goes through ``pgq.enqueue`` itself (enqueue.py's ``enqueue_ordered``). Many go in three
+set-based statements, not a function call each: the keys' rows taken (and so locked) in key
+order with their counts raised, the jobs written head or follower from the counts before, then
+the new keys' heads named. A debounced ordered job goes alone through ``pgq.enqueue``, in key
+order, since it may replace a job instead of adding one.
+
+enqueue.py hands in its step type and its two other paths (``Paths``): this module builds on
+them, and importing them would make the two modules a cycle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple
+
+# enqueue.py's generators: each yields statements to run and returns what they produced.
+_Steps = Generator[Any, Any, Any]
+
+
+class Paths(NamedTuple):
+    """What enqueue.py lends this module: its statement step (name, params, fetch), the path
+    of one job (``_enqueue_steps``) and the bulk path of jobs without an order key."""
+
+    step: Callable[..., Any]
+    one: Callable[[Any, bool], _Steps]
+    unordered: Callable[[list[Any], bool], _Steps]
+
+
+def with_order_keys(rows: list[Any], notify: bool, paths: Paths) -> _Steps:
+    """The ids of ``rows`` (enqueue.py's checked rows) in input order, the ordered ones written
+    as their keys' heads or followers (the others as enqueue_many writes them, first)."""
+    others = [row for row in rows if row.order_key is None]
+    other_ids = iter((yield from paths.unordered(others, notify)) if others else [])
+    plain = [row for row in rows if row.order_key is not None and not row.debounced]
+    plain_ids = iter((yield from _plain_ordered(plain, notify, paths.step)) if plain else [])
+    debounced = [row for row in rows if row.order_key is not None and row.debounced]
+    by_row: dict[int, int] = {}
+    for at in sorted(
+        range(len(debounced)),
+        key=lambda i: (debounced[i].queue.encode(), str(debounced[i].order_key).encode(), i),
+    ):
+        by_row[at] = yield from paths.one(debounced[at], notify)
+    debounced_ids = iter([by_row[i] for i in range(len(debounced))])
+    ids = []
+    for row in rows:
+        if row.order_key is None:
+            ids.append(next(other_ids))
+        elif row.debounced:
+            ids.append(next(debounced_ids))
+        else:
+            ids.append(next(plain_ids))
+    return ids
+
+
+def _plain_ordered(rows: list[Any], notify: bool, step: Callable[..., Any]) -> _Steps:
+    counts = Counter((row.queue, row.order_key) for row in rows)
+    keys = list(counts)
+    after = yield step(
+        "order_keys_join",
+        {
+            "queues": [q for q, _ in keys],
+            "keys": [k for _, k in keys],
+            "counts": [counts[key] for key in keys],
+        },
+        "all",
+    )
+    # How many of each key's jobs were unfinished before these: a key's first job here follows
+    # unless that is none, its later ones always do.
+    ahead = {
+        (queue, key): int(unfinished) - counts[(queue, key)] for queue, key, unfinished in after
+    }
+    follows, seen = [], Counter[tuple[str, str | None]]()
+    for row in rows:
+        key = (row.queue, row.order_key)
+        follows.append(ahead[key] + seen[key] > 0)
+        seen[key] += 1
+    returned = yield step(
+        "enqueue_ordered_rows",
+        {
+            "queues": [r.queue for r in rows],
+            "kinds": [r.kind for r in rows],
+            "args": "[" + ",".join([r.args for r in rows]) + "]",
+            "priorities": [r.priority for r in rows],
+            "run_ats": [r.run_at for r in rows],
+            "delays": [r.delay for r in rows],
+            "max_attempts": [r.max_attempts for r in rows],
+            "traceparents": [r.traceparent for r in rows],
+            "tenants": [r.tenant for r in rows],
+            "order_keys": [r.order_key for r in rows],
+            "follows": follows,
+            "notify": notify,
+        },
+        "all",
+    )
+    ids = [int(job_id) for job_id, _, _ in returned]
+    heads = [(row, job_id) for row, job_id, f in zip(rows, ids, follows, strict=True) if not f]
+    if heads:
+        yield step(
+            "order_heads",
+            {
+                "queues": [row.queue for row, _ in heads],
+                "keys": [row.order_key for row, _ in heads],
+                "ids": [job_id for _, job_id in heads],
+            },
+            "none",
+        )
+    if notify and any(wakes for _, wakes, _ in returned):
+        yield step("notify_scheduled", {}, "none")
+    return ids

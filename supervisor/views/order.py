@@ -1,0 +1,41 @@
+"""What a job's order key holds it to (`jobs show`): the job it waits for, or that it holds its
+key, read from pgq.order_keys (migration 0066)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.queue.queries import query
+from supervisor.views.text import safe
+
+
+def job_order(conn: Any, job_id: int) -> dict[str, Any] | None:
+    """The order key of job ``job_id``, or None when it has none (or is gone)."""
+    row = conn.execute(query("job_order"), {"id": job_id}).fetchone()
+    if row is None:
+        return None
+    key, state, head_id, head_state, unfinished = row
+    waiting = state == "waiting"
+    return {
+        "key": key,
+        # A follower waits for its key's head; the head (or a job already ended) waits for none.
+        "waits_for": head_id if waiting and head_id != job_id else None,
+        "waits_for_state": head_state if waiting and head_id != job_id else None,
+        "holds_key": head_id == job_id,
+        "unfinished": unfinished or 0,
+    }
+
+
+def order_lines(order: dict[str, Any] | None) -> list[str]:
+    if order is None:
+        return []
+    key = safe(order["key"])
+    if order["waits_for"] is not None:
+        return [
+            f"  order key   {key}: waits for job {order['waits_for']} "
+            f"({order['waits_for_state']}) to end; {order['unfinished']} unfinished in the key"
+        ]
+    if order["holds_key"]:
+        behind = max(order["unfinished"] - 1, 0)
+        return [f"  order key   {key}: holds its key; {behind} waiting behind it"]
+    return [f"  order key   {key}"]
