@@ -30,6 +30,8 @@ import psycopg
 import yaml
 
 NODES = ("node1", "node2")
+# Patroni's leader key TTL: a crashed leader's replica is promoted only once it expires.
+LEADER_TTL = 10
 LOOPBACK = "127.0.0.1"
 # The links' /30s are chosen per cluster (from its tag), as its ports are: a drill killed half way
 # leaves interfaces and processes behind, and the next one must not trip over them.
@@ -218,7 +220,7 @@ class Cluster:
             "etcd3": {"hosts": f"{self.etcd_host()}:{self.etcd_client}"},
             "bootstrap": {
                 "dcs": {
-                    "ttl": 10,
+                    "ttl": LEADER_TTL,
                     "loop_wait": 1,
                     "retry_timeout": 4,
                     "maximum_lag_on_failover": 16 * 1024 * 1024,

@@ -65,8 +65,9 @@ def check(found: dict[str, object]) -> None:
     for name in ("before", "hog", "after"):
         peak, status, cpu = found[name]  # type: ignore[misc]
         assert peak is not None and cpu >= 0
-        # The status file was read a moment later (reading it allocates): never below.
-        assert peak <= status <= peak + (4 << 20), (name, peak, status)
+        # The status file was read a moment later (reading it allocates); the two counters may
+        # also differ by a few pages either way (seen: getrusage 40 KiB above VmHWM in CI).
+        assert peak - (1 << 20) <= status <= peak + (4 << 20), (name, peak, status)
     assert found["hog"][0] >= found["before"][0] + (64 << 20)  # type: ignore[index]
     assert found["after"][0] < found["hog"][0] - (32 << 20)  # type: ignore[index]
 
