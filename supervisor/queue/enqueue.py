@@ -29,6 +29,7 @@ from psycopg.rows import tuple_row
 from supervisor.queue import keyring, ordered
 from supervisor.queue import secrets as envelope
 from supervisor.queue import tracecontext as tracing
+from supervisor.queue.columns import job_columns
 from supervisor.queue.keyring import KeysError
 from supervisor.queue.queries import positional, query
 
@@ -757,17 +758,9 @@ def _plain_many_steps(rows: list[_Row], notify: bool) -> _Steps:
     returned = yield _Step(
         "enqueue_many",
         {
-            "queues": [r.queue for r in rows],
-            "kinds": [r.kind for r in rows],
-            "args": "[" + ",".join([r.args for r in rows]) + "]",
-            "priorities": [r.priority for r in rows],
-            "run_ats": [r.run_at for r in rows],
-            "delays": [r.delay for r in rows],
-            "max_attempts": [r.max_attempts for r in rows],
+            **job_columns(rows),
             "unique_keys": [r.unique_key for r in rows],
-            "traceparents": [r.traceparent for r in rows],
             "notify": notify,
-            "tenants": [r.tenant for r in rows],
         },
         "all",
     )

@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
+from supervisor.queue.columns import job_columns
+
 # enqueue.py's generators: each yields statements to run and returns what they produced.
 _Steps = Generator[Any, Any, Any]
 
@@ -82,15 +84,7 @@ def _plain_ordered(rows: list[Any], notify: bool, step: Callable[..., Any]) -> _
     returned = yield step(
         "enqueue_ordered_rows",
         {
-            "queues": [r.queue for r in rows],
-            "kinds": [r.kind for r in rows],
-            "args": "[" + ",".join([r.args for r in rows]) + "]",
-            "priorities": [r.priority for r in rows],
-            "run_ats": [r.run_at for r in rows],
-            "delays": [r.delay for r in rows],
-            "max_attempts": [r.max_attempts for r in rows],
-            "traceparents": [r.traceparent for r in rows],
-            "tenants": [r.tenant for r in rows],
+            **job_columns(rows),
             "order_keys": [r.order_key for r in rows],
             "follows": follows,
             "notify": notify,

@@ -26,6 +26,7 @@ import psycopg
 from supervisor.queue import enqueue as enqueue_mod
 from supervisor.queue import tracecontext as tracing
 from supervisor.queue.batches import shards_for
+from supervisor.queue.columns import job_columns
 from supervisor.queue.enqueue import EnqueueError, NewJob, _run, _run_async, _Step, _Steps
 from supervisor.queue.queries import query
 
@@ -264,15 +265,7 @@ def _workflow_steps(wf: Workflow, notify: bool) -> _Steps:
     returned = yield _Step(
         "enqueue_workflow",
         {
-            "queues": [r.queue for r in rows],
-            "kinds": [r.kind for r in rows],
-            "args": "[" + ",".join([r.args for r in rows]) + "]",
-            "priorities": [r.priority for r in rows],
-            "run_ats": [r.run_at for r in rows],
-            "delays": [r.delay for r in rows],
-            "max_attempts": [r.max_attempts for r in rows],
-            "traceparents": [r.traceparent for r in rows],
-            "tenants": [r.tenant for r in rows],
+            **job_columns(rows),
             "policies": [s.on_parent_failure for s in wf.steps],
             "parents": parents,
             "shards": [gates_for(p) for p in parents],
