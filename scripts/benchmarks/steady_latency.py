@@ -7,7 +7,12 @@ rate (enqueue_many every 10 ms, with the wake-up notify, as an application would
 
 - ``clean``: nothing else runs;
 - ``held``: a REPEATABLE READ session holds a snapshot (a report, pg_dump, a replica's
-  hot_standby_feedback) for the whole phase, so no dead row of pgq.jobs can be removed.
+  hot_standby_feedback) for the whole phase, so no dead row of pgq.jobs can be removed;
+- ``recovery`` (with --recovery SECONDS): the snapshot released, the rate still offered.
+
+With --slices N the held phase is reported as N consecutive windows too (``held 1/N`` ...), so
+that a cost that grows with the hold's length shows as a trend, with the claim index's size at
+the end of each window.
 
 Pickup is a job's wait from its enqueue to its claim: started_at - created_at of its history
 row (both the database's clock, each its transaction's start), for the jobs claimed in the
@@ -15,7 +20,8 @@ phase. At the end of each phase: pgq.jobs' dead tuples (pg_stat_user_tables, rea
 statistics' flush) and the backlog left. Prints a line per phase and, last, one JSON line.
 
     .venv/bin/python scripts/benchmarks/steady_latency.py [--rates 1000,3000,5000] \\
-        [--seconds 30] [--warm 5] [--processes 2] [--batch 10]
+        [--seconds 30] [--held SECONDS] [--slices N] [--recovery SECONDS] [--warm 5] \\
+        [--processes 2] [--batch 10]
 
 The DSN comes from --dsn, else PGQ_BENCH_DSN, else the machine's PostgreSQL.
 """
@@ -61,6 +67,14 @@ SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables
 WHERE schemaname = 'pgq' AND relname = 'jobs'
 """
 
+# The claim's indexes and the table: what a held horizon makes grow.
+SIZES = """
+SELECT c.relname, pg_relation_size(c.oid)
+FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = 'pgq' AND (c.relname = 'jobs' OR c.relname LIKE 'jobs_claim%%')
+ORDER BY c.relname
+"""
+
 
 def produce(db: str, rate: int, stop: threading.Event, sent: list[int]) -> None:
     """Enqueue at ``rate`` jobs/s until stopped: each tick what is owed by then."""
@@ -92,11 +106,62 @@ def phase(
 ) -> dict[str, Any]:
     before, begun = sent[0], clock(conn)
     time.sleep(seconds)
-    ended = clock(conn)
-    offered = sent[0] - before
+    return measure(conn, name, rate, seconds, sent[0] - before, begun, clock(conn))
+
+
+def sliced(
+    conn: psycopg.Connection[Any],
+    name: str,
+    rate: int,
+    seconds: float,
+    slices: int,
+    sent: list[int],
+) -> list[dict[str, Any]]:
+    """The phase whole, then each of its ``slices`` windows (measured after it, so that the
+    queries reading history do not run inside the windows)."""
+    before, begun = sent[0], clock(conn)
+    marks = []
+    for _ in range(slices):
+        time.sleep(seconds / slices)
+        marks.append((sent[0], clock(conn), sizes(conn)))
+    whole = measure(conn, name, rate, seconds, sent[0] - before, begun, marks[-1][1])
+    windows = []
+    for i, (count, ended, size) in enumerate(marks):
+        start_count, start = (before, begun) if i == 0 else marks[i - 1][:2]
+        window = measure(
+            conn,
+            f"{name} {i + 1}/{slices}",
+            rate,
+            seconds / slices,
+            count - start_count,
+            start,
+            ended,
+            with_dead=False,
+        )
+        window["sizes"] = size
+        windows.append(window)
+    return [whole, *windows]
+
+
+def sizes(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    return dict(conn.execute(SIZES).fetchall())  # type: ignore[arg-type]
+
+
+def measure(
+    conn: psycopg.Connection[Any],
+    name: str,
+    rate: int,
+    seconds: float,
+    offered: int,
+    begun: Any,
+    ended: Any,
+    with_dead: bool = True,
+) -> dict[str, Any]:
     count, p50, p99, peak = conn.execute(PICKUP, {"begun": begun, "ended": ended}).fetchone()  # type: ignore[misc]
-    time.sleep(1.2)  # the backends' statistics reach pg_stat_user_tables within a second
-    dead, live = conn.execute(DEAD).fetchone() or (None, None)  # type: ignore[misc]
+    dead = live = None
+    if with_dead:
+        time.sleep(1.2)  # the backends' statistics reach pg_stat_user_tables within a second
+        dead, live = conn.execute(DEAD).fetchone() or (None, None)  # type: ignore[misc]
     result = {
         "phase": name,
         "rate": rate,
@@ -112,7 +177,7 @@ def phase(
     print(
         f"  {rate:>6,}/s {name:6s} claimed {result['claimed_per_s']:>6,}/s  pickup p50 "
         f"{result['pickup_p50_ms']:8.2f} ms  p99 {result['pickup_p99_ms']:8.2f}  max "
-        f"{result['pickup_max_ms']:8.2f}  dead tuples {dead:,}",
+        f"{result['pickup_max_ms']:8.2f}  dead tuples {dead if dead is None else f'{dead:,}'}",
         file=sys.stderr,
         flush=True,
     )
@@ -140,7 +205,14 @@ def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
                 results = [phase(conn, "clean", rate, args.seconds, sent)]
                 holder.start()
                 holding.wait(30)
-                results.append(phase(conn, "held", rate, args.seconds, sent))
+                held = args.held or args.seconds
+                if args.slices > 1:
+                    results += sliced(conn, "held", rate, held, args.slices, sent)
+                else:
+                    results.append(phase(conn, "held", rate, held, sent))
+                if args.recovery:
+                    release.set()
+                    results.append(phase(conn, "recovery", rate, args.recovery, sent))
             finally:
                 release.set()
                 stop.set()
@@ -154,6 +226,11 @@ def main() -> int:
     parser.add_argument("--dsn", default=os.environ.get("PGQ_BENCH_DSN", DEFAULT_DSN))
     parser.add_argument("--rates", default="1000,3000,5000")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--held", type=float, default=0.0, help="the held phase (default: --seconds)"
+    )
+    parser.add_argument("--slices", type=int, default=1)
+    parser.add_argument("--recovery", type=float, default=0.0)
     parser.add_argument("--warm", type=float, default=5.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--batch", type=int, default=10)

@@ -149,7 +149,9 @@ class Claimer:
         self.board.observe_claim(took)
         self.board.count(Counter.CLAIMS)
         self.queues.observe(order, jobs, limit, now, charge=hint is None)
-        self.cursors.observe(jobs, now, took)
+        self.cursors.observe(
+            jobs, now, took, whole=len(jobs) < limit and limit_wait is None and not self.limits
+        )
         self.tenants.advance_all(order, resume, jobs)
         if not jobs:
             self.board.count(Counter.CLAIMS_EMPTY)

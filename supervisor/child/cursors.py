@@ -25,6 +25,14 @@ longer than the refresh because of a cursor, or HEAD_AT_MOST walks' time once a 
 more than refresh/HEAD_AT_MOST. The claims between walk only the entries that siblings
 consumed since this child's last one.
 
+While the head is dear, the late commits (the most frequent job below a cursor by far, and the
+one a busy fleet with many producers makes all the time) do not wait for it: every HEAD_EVERY of
+its own walks a claim starts NEAR (2 s of run_at) before each cursor, which walks only what was
+consumed in those two seconds. What only the head finds (a higher priority, a rescued job, a
+producer's transaction longer than NEAR) waits for it, HEAD_AT_MOST walks apart at most. A
+claim from the head that came back short of its limit found everything below the cursors, so
+the cursors of the tenants where it took nothing stay.
+
 What a walk costs is read from the claims from the head, but believed only up to WALK_GROWTH
 times the last walk: the dead prefix grows with the time the horizon has been held, so between
 two claims from the head (at most a few walks apart) its walk cannot grow that much, while a
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import Cursor
@@ -56,8 +65,19 @@ PER_CLAIM = 256
 # The next claim from the head is due this many times the last one's duration after it (at
 # most the refresh): a twentieth of the child's time, until one costs over refresh / 20.
 HEAD_EVERY = 20.0
-# ... and never sooner than this many times it: at most a quarter of the child's time.
-HEAD_AT_MOST = 4.0
+# ... and never sooner than this many times it: at most a tenth of the child's time. The claims
+# from near the cursors (NEAR) find the late commits between; what only the head finds (a higher
+# priority, a rescued job, a producer's transaction longer than NEAR) is rare. At a quarter, a
+# child at 3,000 jobs/s spent a quarter of its time walking dead entries once the walk cost more
+# than the refresh / 20 (a few minutes into a hold), and the pool fell behind the offered rate.
+HEAD_AT_MOST = 10.0
+# A claim from near the cursors starts each cursor's tenant this much run_at before the cursor.
+# It finds the jobs that became available just below a cursor, by far the most frequent kind:
+# a producer's transaction that committed after a sibling claimed past its jobs (their run_at is
+# the transaction's start, committed a few milliseconds later). Its walk is the dead entries of
+# NEAR seconds' consumption, not of everything consumed since the horizon was taken, so it comes
+# HEAD_EVERY of its own walks apart however long the horizon is held.
+NEAR = timedelta(seconds=2)
 # A claim from the head is believed to have walked at most this many times the last walk (the
 # rest of its time was a wait: a row lock, a completion, the limits mutex). Before the first,
 # the walk believed is the dearest that still brings the next within the refresh.
@@ -76,6 +96,8 @@ class ClaimCursors:
         self._at: dict[str, OrderedDict[str, Cursor]] = {}
         self._full_due = 0.0  # the first claim starts from the head
         self._full = False
+        self._near_due = 0.0
+        self._near = False
         # What the last claim from the head is believed to have walked (seconds).
         self.walk = refresh / (HEAD_AT_MOST * WALK_GROWTH)
 
@@ -85,6 +107,8 @@ class ClaimCursors:
         self._full = now >= self._full_due
         if self._full:
             return []
+        # While the head is cheap, a claim from it comes as often as one from near would.
+        self._near = self.walk > CHEAP_WALK and now >= self._near_due
         out: list[Cursor] = []
         at = self._at
         for queue in order:
@@ -95,21 +119,43 @@ class ClaimCursors:
             # Python's str order is the index's byte order (COLLATE "C") for UTF-8.
             out.extend(sorted(tenants.values(), key=lambda c: c[1]))
             if len(out) >= PER_CLAIM:
-                return out[:PER_CLAIM]
+                out = out[:PER_CLAIM]
+                break
+        if self._near:
+            return [(q, t, priority, run_at - NEAR, 0) for q, t, priority, run_at, _ in out]
         return out
 
-    def observe(self, jobs: Iterable[Job], now: float, took: float = 0.0) -> None:
+    def observe(
+        self, jobs: Iterable[Job], now: float, took: float = 0.0, whole: bool = False
+    ) -> None:
         """After a claim that the last ``for_claim`` prepared (started at ``now``, ``took``
         seconds, its whole round trip): each tenant's cursor moves to the last job claimed
         there. ``jobs`` in claim order (jobs_api.read_claim's), so a tenant's last is its
-        furthest."""
+        furthest. ``whole``: the claim visited every tenant of its queues and took every job it
+        found there (it came back short of its limit, with no limit holding a job back)."""
+        # One step per tenant, not per job (a step per job cost about 2 us a job at batch 100).
+        last = {(job.queue, job.tenant): job for job in jobs}
         if self._full:
-            self._at.clear()
+            if whole:
+                # Nothing waited below a tenant's cursor where it claimed nothing: that cursor
+                # stays, and the next claims do not walk the dead prefix again. Without this a
+                # claim from the head that found nothing left no cursor, and every claim after
+                # it walked from the head until one claimed a job: at 3,000 jobs/s with a held
+                # horizon, a child often drained its queue, and claims from the head came
+                # three a second, not one a HEAD_EVERY walks (steady_latency.py).
+                for queue, tenant in last:
+                    self._at.get(queue, {}).pop(tenant or "", None)
+            else:
+                self._at.clear()
             walk = self.walk = min(took, WALK_GROWTH * self.walk)
             self._full_due = now + max(min(self.refresh, HEAD_EVERY * walk), HEAD_AT_MOST * walk)
             self._full = False
-        # One step per tenant, not per job (a step per job cost about 2 us a job at batch 100).
-        last = {(job.queue, job.tenant): job for job in jobs}
+            self._near_due = now + min(self.refresh, HEAD_EVERY * min(took, CHEAP_WALK))
+        elif self._near:
+            # A claim from near that waited (a row lock, a completion) is not believed to have
+            # walked longer than one from the head.
+            self._near_due = now + min(self.refresh, HEAD_EVERY * min(took, self.walk))
+            self._near = False
         if not last and self.walk <= CHEAP_WALK:
             self._at.clear()
         for job in last.values():
@@ -128,4 +174,7 @@ class ClaimCursors:
         longer than this, so that claim is never a poll interval late."""
         if not any(self._at.values()):
             return None
+        # Not for one from near the cursors: an idle child would wake every twenty cheap walks.
+        # Its next claim, when a wake-up comes, is one from near (its time has come by then), so
+        # a late commit that the wake-up announced is found by it.
         return max(0.0, self._full_due - now)

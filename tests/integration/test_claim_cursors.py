@@ -6,6 +6,7 @@ a claim does not read again the entries of the jobs already consumed."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -30,18 +31,15 @@ class Child:
 
     def claim(self, limit: int) -> list[Job]:
         resume = [self.tenants.resume("q")]
-        jobs = claim(
-            self.conn,
-            ["q"],
-            worker="w",
-            limit=limit,
-            resume=resume,
-            cursors=self.cursors.for_claim(["q"], self.now),
-        )
+        cursors = self.cursors.for_claim(["q"], self.now)
+        head_claim = not cursors
+        jobs = claim(self.conn, ["q"], worker="w", limit=limit, resume=resume, cursors=cursors)
         # As if each claim from the head were dear (a held horizon): the next comes only at
         # the refresh, so the claims between start past the cursors (the dearest walk that
-        # still comes then: dearer ones come HEAD_AT_MOST walks apart).
-        self.cursors.observe(jobs, self.now, took=self.cursors.refresh / HEAD_AT_MOST)
+        # still comes then: dearer ones come HEAD_AT_MOST walks apart), or from near them
+        # (a millisecond each: twenty of them apart).
+        head = self.cursors.refresh / HEAD_AT_MOST
+        self.cursors.observe(jobs, self.now, took=head if head_claim else 0.001)
         self.tenants.advance("q", resume[0], jobs)
         complete(self.conn, jobs)
         return jobs
@@ -85,6 +83,29 @@ def test_a_job_below_the_cursor_is_claimed_within_the_refresh(
                 claimed_at[job.id] = child.now
     # Both found by the first claim from the head, at the refresh and not later.
     assert claimed_at == {urgent: 1.0, late: 1.0}
+
+
+def test_a_late_commit_just_below_the_cursor_is_claimed_from_near_it(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """A producer's transaction that began before a sibling claimed past it commits its jobs
+    below the cursors (their run_at is its start): the claims from near the cursors, twenty of
+    their own walks apart, find it long before the refresh brings the claim from the head."""
+    start = conn.execute("SELECT now() - interval '10 seconds'").fetchone()[0]
+    enqueue_many(
+        conn, [NewJob("k", queue="q", run_at=start + timedelta(seconds=n / 10)) for n in range(60)]
+    )
+    child = Child(conn, refresh=1.0)
+    child.claim(20)  # from the head: the cursor is at the 20th job, 2 s after the first
+    late = enqueue_many(conn, [NewJob("late", queue="q", run_at=start + timedelta(seconds=1.5))])[0]
+    claimed_at = None
+    while claimed_at is None and child.now < 2.0:
+        child.now += 0.01
+        if any(job.id == late for job in child.claim(1)):
+            claimed_at = child.now
+    # The first claim from near comes twenty cheap walks after the head's (0.1 s); the next
+    # claim from the head would come at the refresh.
+    assert claimed_at is not None and claimed_at < 0.15, claimed_at
 
 
 def test_an_idle_child_waits_no_longer_than_the_refresh(conn: psycopg.Connection[Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from supervisor.child.cursors import PER_CLAIM, PER_QUEUE, ClaimCursors
+from supervisor.child.cursors import NEAR, PER_CLAIM, PER_QUEUE, ClaimCursors
 from supervisor.queue.job import Job
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -19,70 +19,107 @@ def job(id: int, queue: str = "q", tenant: str | None = None, priority: int = 0)
 def test_the_first_claim_and_every_refresh_start_from_the_head() -> None:
     cursors = ClaimCursors(refresh=1.0)
     assert cursors.for_claim(["q"], 0.0) == []
-    cursors.observe([job(1), job(2)], 0.0, took=0.1)
-    assert cursors.for_claim(["q"], 0.5) == [("q", "", 0, job(2).run_at, 2)]
-    cursors.observe([job(3)], 0.5)
-    assert cursors.for_claim(["q"], 1.0) == []  # due: from the head
-    cursors.observe([job(9)], 1.0, took=0.1)  # and the cursors start again from its jobs
-    assert [c[4] for c in cursors.for_claim(["q"], 1.2)] == [9]
+    cursors.observe([job(1), job(2)], 0.0, took=0.004)  # cheap: no claim from near
+    assert cursors.for_claim(["q"], 0.05) == [("q", "", 0, job(2).run_at, 2)]
+    cursors.observe([job(3)], 0.05)
+    assert cursors.for_claim(["q"], 0.08) == []  # due: from the head
+    cursors.observe([job(9)], 0.08, took=0.004)  # and the cursors start again from its jobs
+    assert [c[4] for c in cursors.for_claim(["q"], 0.1)] == [9]
 
 
 def test_a_cursor_is_the_last_job_in_claim_order_per_tenant() -> None:
     cursors = ClaimCursors(refresh=60.0)
     cursors.for_claim(["q"], 0.0)
     # Claim order is priority DESC, run_at, id: the last is the lowest priority, latest.
-    cursors.observe([job(5, priority=3), job(6, priority=0), job(7, priority=0)], 0.0, took=1.0)
-    cursors.observe([job(2, tenant="b"), job(1, tenant="a"), job(4, queue="other")], 0.1)
-    assert cursors.for_claim(["q", "other"], 0.2) == [
+    cursors.observe([job(5, priority=3), job(6, priority=0), job(7, priority=0)], 0.0, took=0.001)
+    cursors.observe([job(2, tenant="b"), job(1, tenant="a"), job(4, queue="other")], 0.001)
+    assert cursors.for_claim(["q", "other"], 0.002) == [
         ("q", "", 0, job(7).run_at, 7),
         ("q", "a", 0, job(1).run_at, 1),  # in tenant order, as the claim reads them
         ("q", "b", 0, job(2).run_at, 2),
         ("other", "", 0, job(4).run_at, 4),
     ]
     # An older job claimed later (a sibling's leftover) does not move a cursor back.
-    cursors.observe([job(3)], 0.3)
-    assert cursors.for_claim(["q"], 0.4)[0][4] == 7
+    cursors.observe([job(3)], 0.003)
+    assert cursors.for_claim(["q"], 0.004)[0][4] == 7
+
+
+def test_claims_from_near_the_cursors_come_between_those_from_the_head() -> None:
+    """While the head is dear (a held horizon), every HEAD_EVERY of its own walks a claim
+    starts NEAR before each cursor: it finds a producer's late commit without the walk of the
+    whole dead prefix, and leaves the cursors where they were."""
+    cursors = ClaimCursors(refresh=1.0)
+    cursors.for_claim(["q"], 0.0)
+    cursors.observe([job(10), job(12, tenant="a")], 0.0, took=0.3)  # the walk: 300 ms
+    assert cursors.for_claim(["q"], 0.05) == [
+        ("q", "", 0, job(10).run_at, 10),
+        ("q", "a", 0, job(12).run_at, 12),
+    ]
+    cursors.observe([job(11)], 0.05, took=0.002)
+    near = cursors.for_claim(["q"], 0.3)  # 20 of the cheap walks after the head's
+    assert near == [("q", "", 0, job(11).run_at - NEAR, 0), ("q", "a", 0, job(12).run_at - NEAR, 0)]
+    cursors.observe([job(9), job(13)], 0.3, took=0.004)  # a late commit, and the next job
+    assert cursors.for_claim(["q"], 0.31)[0] == ("q", "", 0, job(13).run_at, 13)
+    cursors.observe([], 0.31)
+    assert cursors.for_claim(["q"], 0.37)[0][4] == 13  # 20 of its 4 ms walks after 0.3:
+    cursors.observe([], 0.37)
+    assert cursors.for_claim(["q"], 0.39)[0][4] == 0  # the next from near
+    cursors.observe([], 0.39, took=0.004)
+    # The head's claim is still due HEAD_EVERY of its walks after the last (at most the refresh).
+    assert cursors.for_claim(["q"], 0.99) != []
+    assert cursors.for_claim(["q"], 1.0) == []
 
 
 def test_an_idle_child_wakes_for_the_claim_from_the_head_only_with_cursors() -> None:
     cursors = ClaimCursors(refresh=1.0)
     assert cursors.due_in(0.0) is None
     cursors.for_claim(["q"], 0.0)
-    cursors.observe([], 0.0, took=0.1)
+    cursors.observe([], 0.0, took=0.004)
     assert cursors.due_in(0.1) is None  # nothing claimed: nothing to skip
     cursors.for_claim(["q"], 0.1)
-    cursors.observe([job(1)], 0.1)
-    due = cursors.due_in(0.3)
-    assert due is not None and abs(due - 0.7) < 1e-9  # a refresh after the last head claim
+    cursors.observe([job(1)], 0.1, took=0.0035)
+    due = cursors.due_in(0.11)
+    assert due is not None and abs(due - 0.06) < 1e-9  # 20 walks after the last head claim
     assert cursors.due_in(5.0) == 0.0
+    # A dear head: the idle child wakes for it, not for a claim from near the cursors (every
+    # twenty cheap walks); its next claim after a wake-up is one from near.
+    dear = ClaimCursors(refresh=1.0)
+    dear.for_claim(["q"], 0.0)
+    dear.observe([job(1)], 0.0, took=0.1)
+    assert dear.due_in(0.0) == 1.0
+    assert dear.for_claim(["q"], 0.5) == [("q", "", 0, job(1).run_at - NEAR, 0)]
+
+
+def heads(cursors: ClaimCursors, walks: list[float], step: float = 0.01) -> list[float]:
+    """When the claims from the head begin, each taking the next of ``walks``, a claim every
+    ``step`` seconds between them (those from near take a millisecond)."""
+    now, began = 0.0, []
+    while walks:
+        if cursors.for_claim(["q"], now) == []:
+            took = walks.pop(0)
+            began.append(now)
+        else:
+            took = 0.001
+        cursors.observe([job(1)], now, took=took)
+        now += max(took, step)
+    return began
 
 
 def test_the_claim_from_the_head_comes_sooner_when_it_is_cheap() -> None:
-    cursors = ClaimCursors(refresh=1.0)
-    cursors.for_claim(["q"], 0.0)
-    cursors.observe([job(1)], 0.0, took=0.001)  # a clean database: due 20 ms later
-    assert cursors.for_claim(["q"], 0.01) != []
-    assert cursors.for_claim(["q"], 0.02) == []
-    now = 0.02
-    for took in (0.004, 0.016, 0.064, 0.2):  # the dead prefix grows: at most the refresh
-        cursors.for_claim(["q"], now)
-        cursors.observe([job(2)], now, took=took)
-        now += took + cursors.due_in(now + took)
-    assert cursors.due_in(now - 1.0) == 1.0
+    began = heads(ClaimCursors(refresh=1.0), [0.001, 0.004, 0.016, 0.064, 0.2, 0.2])
+    gaps = [b - a for a, b in zip(began, began[1:], strict=False)]
+    # 20 walks apart (a clean database: 20 ms), at most the refresh as the dead prefix grows,
+    # and never sooner than ten walks (seen to the simulation's step).
+    expected = [0.02, 0.08, 0.32, 1.0, 2.0]
+    assert all(0 <= g - e < 0.0101 for g, e in zip(gaps, expected, strict=True)), gaps
 
 
-def test_the_claim_from_the_head_takes_at_most_a_quarter_of_the_childs_time() -> None:
+def test_the_claim_from_the_head_takes_at_most_a_tenth_of_the_childs_time() -> None:
     """A horizon held for an hour makes the walk from the head cost seconds; every refresh it
     would take the whole child."""
-    cursors = ClaimCursors(refresh=1.0)
-    now = 0.0
-    for _ in range(5):  # a walk that long is believed within a few claims from the head
-        cursors.for_claim(["q"], now)
-        cursors.observe([job(1)], now, took=1.8)
-        now += 1.8 + cursors.due_in(now + 1.8)
-    start = now - 7.2
-    assert cursors.for_claim(["q"], start + 7.0) != []  # four walks' time after the last began
-    assert cursors.for_claim(["q"], start + 7.2) == []
+    began = heads(ClaimCursors(refresh=1.0), [1.8] * 6)
+    # A walk that long is believed within a few claims from the head; then ten walks apart.
+    assert 18.0 <= began[-1] - began[-2] < 18.0101
 
 
 def test_a_wait_in_a_claim_from_the_head_does_not_postpone_the_next() -> None:
@@ -131,3 +168,21 @@ def test_an_empty_claim_drops_the_cursors_only_while_the_head_is_cheap() -> None
     dear.observe([], 0.06, took=0.001)
     assert dear.due_in(0.07) is not None
     assert dear.for_claim(["q"], 0.07) == [("q", "", 0, job(2).run_at, 2)]
+
+
+def test_a_claim_from_the_head_that_came_back_short_keeps_the_cursors_it_did_not_move() -> None:
+    """It visited every tenant and took all it found: nothing waits below the cursors of the
+    tenants where it took nothing. Dropped, they made every claim after it a walk from the head
+    until one claimed a job (at 3,000 jobs/s with a held horizon: three walks a second, not
+    one a refresh)."""
+    cursors = ClaimCursors(refresh=1.0)
+    cursors.for_claim(["q"], 0.0)
+    cursors.observe([job(5), job(7, tenant="a")], 0.0, took=0.1)
+    assert cursors.for_claim(["q"], 1.0) == []  # from the head: it finds one job of tenant a
+    cursors.observe([job(6, tenant="a")], 1.0, took=0.1, whole=True)
+    kept = cursors.for_claim(["q"], 1.01)
+    assert [(c[1], c[4]) for c in kept] == [("", 5), ("a", 6)]  # a's moves back to what it took
+    # Came back full (a tenant may not have been reached): the cursors start again.
+    assert cursors.for_claim(["q"], 5.0) == []
+    cursors.observe([job(8, tenant="a")], 5.0, took=0.1, whole=False)
+    assert [(c[1], c[4]) for c in cursors.for_claim(["q"], 5.01)] == [("a", 8)]

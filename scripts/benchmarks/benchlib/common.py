@@ -178,7 +178,8 @@ def fresh_database(dsn: str, scenario: str, *, prefix: str = DB_PREFIX) -> Itera
     """Create an empty database for one scenario on dsn's server; drop it afterwards.
 
     Yields the new database's DSN. The name carries the scenario and this process's pid, so
-    two benchmark runs on one server do not collide.
+    two benchmark runs on one server do not collide. With PGQ_BENCH_KEEP=1 in the environment
+    the database is kept (its name printed), to look into what a run left.
     """
     name = _database_name(scenario, prefix)
     ident = sql.Identifier(name)
@@ -188,8 +189,11 @@ def fresh_database(dsn: str, scenario: str, *, prefix: str = DB_PREFIX) -> Itera
     try:
         yield with_dbname(dsn, name)
     finally:
-        with connect(dsn) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        if os.environ.get("PGQ_BENCH_KEEP") == "1":
+            print(f"kept database {name}", file=sys.stderr)
+        else:
+            with connect(dsn) as admin:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
 def create_side_tables(dsn: str) -> None:
