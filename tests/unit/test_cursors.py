@@ -3,6 +3,7 @@ no database."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta, timezone
 
 from supervisor.child.cursors import NEAR, PER_CLAIM, PER_QUEUE, ClaimCursors
@@ -107,7 +108,7 @@ def heads(cursors: ClaimCursors, walks: list[float], step: float = 0.01) -> list
 
 def test_the_claim_from_the_head_comes_sooner_when_it_is_cheap() -> None:
     began = heads(ClaimCursors(refresh=1.0), [0.001, 0.004, 0.016, 0.064, 0.2, 0.2])
-    gaps = [b - a for a, b in zip(began, began[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(began)]
     # 20 walks apart (a clean database: 20 ms), at most the refresh as the dead prefix grows,
     # and never sooner than ten walks (seen to the simulation's step).
     expected = [0.02, 0.08, 0.32, 1.0, 2.0]
