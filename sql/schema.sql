@@ -55,6 +55,7 @@ CREATE TABLE pgq.batches (
     workflow boolean DEFAULT false NOT NULL,
     workflow_name text,
     cancelled_at timestamp with time zone,
+    then_order_key text,
     CONSTRAINT batches_shards_check CHECK (((shards >= 1) AND (shards_left >= 0)))
 );
 
@@ -342,6 +343,7 @@ CREATE TABLE pgq.workflow_steps (
     cause text,
     released_at timestamp with time zone,
     ended_at timestamp with time zone,
+    order_key text,
     CONSTRAINT workflow_steps_policy_check CHECK ((on_parent_failure = ANY (ARRAY['cancel'::text, 'run'::text]))),
     CONSTRAINT workflow_steps_shards_check CHECK (((shards >= 1) AND (shards_left >= 0)))
 )
@@ -546,6 +548,7 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/limit_take_tokens.sql
 \ir functions/order_ended.sql
 \ir functions/order_head.sql
+\ir functions/order_join.sql
 \ir functions/order_rejoin.sql
 \ir functions/order_unjoin.sql
 \ir functions/take_wakeups.sql

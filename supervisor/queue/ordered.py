@@ -60,6 +60,28 @@ def with_order_keys(rows: list[Any], notify: bool, paths: Paths) -> _Steps:
 
 
 def _plain_ordered(rows: list[Any], notify: bool, step: Callable[..., Any]) -> _Steps:
+    follows = yield from join_keys(rows, step)
+    returned = yield step(
+        "enqueue_ordered_rows",
+        {
+            **job_columns(rows),
+            "order_keys": [r.order_key for r in rows],
+            "follows": follows,
+            "notify": notify,
+        },
+        "all",
+    )
+    ids = [int(job_id) for job_id, _, _ in returned]
+    yield from name_heads(rows, ids, follows, step)
+    if notify and any(wakes for _, wakes, _ in returned):
+        yield step("notify_scheduled", {}, "none")
+    return ids
+
+
+def join_keys(rows: list[Any], step: Callable[..., Any]) -> _Steps:
+    """Takes the keys of ``rows`` (each with an order key, about to be written in this order)
+    and returns, per row, whether it follows its key's head (it is written 'waiting'). Also the
+    first half of a workflow's steps without parents (workflows.py)."""
     counts = Counter((row.queue, row.order_key) for row in rows)
     keys = list(counts)
     after = yield step(
@@ -81,17 +103,14 @@ def _plain_ordered(rows: list[Any], notify: bool, step: Callable[..., Any]) -> _
         key = (row.queue, row.order_key)
         follows.append(ahead[key] + seen[key] > 0)
         seen[key] += 1
-    returned = yield step(
-        "enqueue_ordered_rows",
-        {
-            **job_columns(rows),
-            "order_keys": [r.order_key for r in rows],
-            "follows": follows,
-            "notify": notify,
-        },
-        "all",
-    )
-    ids = [int(job_id) for job_id, _, _ in returned]
+    return follows
+
+
+def name_heads(
+    rows: list[Any], ids: list[int], follows: list[bool], step: Callable[..., Any]
+) -> _Steps:
+    """The keys that ``rows`` (written as ``ids``) opened get their heads: the rows that do not
+    follow."""
     heads = [(row, job_id) for row, job_id, f in zip(rows, ids, follows, strict=True) if not f]
     if heads:
         yield step(
@@ -103,6 +122,3 @@ def _plain_ordered(rows: list[Any], notify: bool, step: Callable[..., Any]) -> _
             },
             "none",
         )
-    if notify and any(wakes for _, wakes, _ in returned):
-        yield step("notify_scheduled", {}, "none")
-    return ids

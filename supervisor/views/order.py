@@ -14,14 +14,17 @@ def job_order(conn: Any, job_id: int) -> dict[str, Any] | None:
     row = conn.execute(query("job_order"), {"id": job_id}).fetchone()
     if row is None:
         return None
-    key, state, head_id, head_state, unfinished = row
-    waiting = state == "waiting"
+    key, state, head_id, head_state, unfinished, for_parents = row
+    # A workflow step waiting for its parents has not joined its key yet (0068).
+    parents_first = bool(for_parents) and state == "waiting"
+    waiting = state == "waiting" and not for_parents
     return {
         "key": key,
+        "waits_for_parents": parents_first,
         # A follower waits for its key's head; the head (or a job already ended) waits for none.
         "waits_for": head_id if waiting and head_id != job_id else None,
         "waits_for_state": head_state if waiting and head_id != job_id else None,
-        "holds_key": head_id == job_id,
+        "holds_key": head_id == job_id and not for_parents,
         "unfinished": unfinished or 0,
     }
 
@@ -30,6 +33,8 @@ def order_lines(order: dict[str, Any] | None) -> list[str]:
     if order is None:
         return []
     key = safe(order["key"])
+    if order.get("waits_for_parents"):
+        return [f"  order key   {key}: joins its key once its parents have ended"]
     if order["waits_for"] is not None:
         return [
             f"  order key   {key}: waits for job {order['waits_for']} "

@@ -20,7 +20,6 @@ import pytest
 from supervisor import (
     EnqueueError,
     NewJob,
-    Workflow,
     cancel,
     claim,
     complete,
@@ -29,7 +28,6 @@ from supervisor import (
     enqueue_batch,
     enqueue_many,
     enqueue_many_async,
-    enqueue_workflow,
     resolve,
     settle,
 )
@@ -329,16 +327,6 @@ def test_a_unique_key_with_an_order_key_is_refused(conn: psycopg.Connection[Any]
     assert conn.execute("SELECT count(*) FROM pgq.order_keys").fetchone() == (0,)
 
 
-def test_workflow_steps_and_a_batch_then_refuse_a_key(conn: psycopg.Connection[Any]) -> None:
-    wf = Workflow("w")
-    wf.add(NewJob("step", order_key="k"))
-    with pytest.raises(EnqueueError, match="a step cannot have an order_key"):
-        enqueue_workflow(conn, wf)
-    with pytest.raises(EnqueueError, match="then job 'done': cannot have an order_key"):
-        enqueue_batch(conn, [NewJob("hook")], then=NewJob("done", order_key="k"))
-    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
-
-
 def test_bulk_enqueues_of_the_same_keys_at_once_neither_deadlock_nor_reorder(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
@@ -406,6 +394,7 @@ def test_jobs_show_says_what_a_follower_waits_for(cli: Cli, conn: psycopg.Connec
     document = json.loads(cli("jobs", "show", str(follower), "--json").out)
     assert document["order"] == {
         "key": "cust-7",
+        "waits_for_parents": False,
         "waits_for": head,
         "waits_for_state": "running",
         "holds_key": False,
