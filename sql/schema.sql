@@ -483,6 +483,9 @@ CREATE INDEX jobs_claim_tenant ON pgq.jobs USING btree (queue, COALESCE(tenant, 
 -- index jobs_debounce_key
 CREATE UNIQUE INDEX jobs_debounce_key ON pgq.jobs USING btree (debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'scheduled'::text])) AND (started_at IS NULL));
 
+-- index jobs_debounce_waiting
+CREATE INDEX jobs_debounce_waiting ON pgq.jobs USING btree (debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = 'waiting'::text));
+
 -- index jobs_discarded
 CREATE INDEX jobs_discarded ON pgq.jobs USING btree (finished_at) WHERE (state = 'discarded'::text);
 

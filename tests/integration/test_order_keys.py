@@ -456,3 +456,32 @@ def test_producers_and_completions_of_the_same_keys_at_once(
         assert ids == sorted(ids), key
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM pgq.order_keys").fetchone() == (0,)
+
+
+def test_a_debounce_replaces_its_follower_still_waiting(conn: psycopg.Connection[Any]) -> None:
+    head = enqueue(conn, "hook", {"v": 0}, order_key="d")
+    first = enqueue(conn, "hook", {"v": 1}, order_key="d", unique_key="doc", debounce=5)
+    behind = enqueue(conn, "hook", {"v": 9}, order_key="d")
+    (was,) = conn.execute("SELECT run_at FROM pgq.jobs WHERE id = %s", (first,)).fetchone()
+    # Debounced again, on every path, while it waits behind the head: replaced, not added.
+    assert enqueue(conn, "hook", {"v": 2}, order_key="d", unique_key="doc", debounce=60) == first
+    (bulk,) = enqueue_many(
+        conn, [NewJob("hook", {"v": 3}, order_key="d", unique_key="doc", debounce=60)]
+    )
+    assert bulk == first
+    (sql_id,) = conn.execute(
+        "SELECT pgq.enqueue('hook', '{\"v\": 4}', order_key => 'd', unique_key => 'doc', "
+        "debounce => interval '60 seconds')"
+    ).fetchone()
+    assert sql_id == first
+    assert _states(conn, "d") == [(head, "available"), (first, "waiting"), (behind, "waiting")]
+    assert _key_row(conn, "d") == (3, head)
+    args, run_at = conn.execute(
+        "SELECT args, run_at FROM pgq.jobs WHERE id = %s", (first,)
+    ).fetchone()
+    assert args == {"v": 4}
+    assert (run_at - was).total_seconds() > 50
+    # Released by the head's ending, it keeps its place and waits for its run_at.
+    (job,) = _claim_all(conn)
+    complete(conn, [job])
+    assert _states(conn, "d") == [(first, "scheduled"), (behind, "waiting")]
