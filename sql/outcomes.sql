@@ -174,7 +174,7 @@ WITH held AS (
         FROM pgq.jobs AS o
         WHERE o.unique_key = j.unique_key
           AND o.id <> j.id
-          AND o.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND o.state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
         ORDER BY o.id
         LIMIT 1
     ) AS h

@@ -507,6 +507,9 @@ CREATE UNIQUE INDEX jobs_unique_key ON pgq.jobs USING btree (unique_key) WHERE (
 -- index jobs_unique_key_held
 CREATE UNIQUE INDEX jobs_unique_key_held ON pgq.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text, 'scheduled'::text, 'unknown'::text])) AND (id > 0));
 
+-- index jobs_unique_key_holder
+CREATE UNIQUE INDEX jobs_unique_key_holder ON pgq.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text, 'scheduled'::text, 'unknown'::text, 'waiting'::text])) AND (id > 0));
+
 -- index jobs_unknown
 CREATE INDEX jobs_unknown ON pgq.jobs USING btree (run_at) WHERE (state = 'unknown'::text);
 

@@ -1,8 +1,9 @@
 -- pgq.enqueue: its current definition (applied by migrate after the numbered
 -- migrations, whenever this file changes; see sql/functions/README.md).
--- Last changed with 0069 (a debounce replaces its key's follower still waiting, issue 33);
--- before it, 0066 (order_key => text), 0064 (debounce => interval), 0042 (an unknown job holds
--- its key: its holder is returned).
+-- Last changed with 0070 (a unique key goes with an order key: a follower holds it, issue 33);
+-- before it, 0069 (a debounce replaces its key's follower still waiting), 0066 (order_key =>
+-- text), 0064 (debounce => interval), 0042 (an unknown job holds its key: its holder is
+-- returned).
 
 -- The signatures it had before: two overloads would make every call by name
 -- ambiguous, so a database still holding one loses it here.
@@ -89,12 +90,6 @@ BEGIN
     END IF;
     IF order_key IS NOT NULL AND (btrim(order_key) = '' OR char_length(order_key) > 200) THEN
         RAISE EXCEPTION 'pgq.enqueue: job %: order_key must be 1 to 200 characters',
-            quote_literal(kind) USING ERRCODE = '22023';
-    END IF;
-    IF order_key IS NOT NULL AND unique_key IS NOT NULL AND debounce IS NULL THEN
-        -- A follower waits in 'waiting', outside the unique indexes' states (0041): it could
-        -- not hold its unique key. A debounce's key is held only until its job starts anyway.
-        RAISE EXCEPTION 'pgq.enqueue: job %: give unique_key or order_key, not both',
             quote_literal(kind) USING ERRCODE = '22023';
     END IF;
     IF order_key IS NOT NULL THEN
@@ -234,12 +229,17 @@ BEGIN
             END IF;
             RETURN job_id;
         END IF;
+        -- 'waiting': a follower of an order key holds its unique key too (0070).
         SELECT j.id INTO job_id
         FROM pgq.jobs AS j
         WHERE j.unique_key = enqueue.unique_key
-          AND j.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND j.state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
           AND j.id > 0;
         IF job_id IS NOT NULL THEN
+            IF order_key IS NOT NULL THEN
+                -- Nothing inserted: the count taken on the key goes back (0066).
+                PERFORM pgq.order_unjoin(enqueue.queue, enqueue.order_key);
+            END IF;
             RETURN job_id;
         END IF;
         -- The holder of the key finished between the insert and the look-up: try again.

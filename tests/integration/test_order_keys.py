@@ -319,12 +319,49 @@ def test_the_sql_function_refuses_a_bad_key(conn: psycopg.Connection[Any]) -> No
         conn.execute("SELECT pgq.enqueue('hook', order_key => repeat('k', 201))")
 
 
-def test_a_unique_key_with_an_order_key_is_refused(conn: psycopg.Connection[Any]) -> None:
-    with pytest.raises(EnqueueError, match="give unique_key or order_key, not both"):
-        enqueue(conn, "hook", order_key="k", unique_key="u")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not both"):
-        conn.execute("SELECT pgq.enqueue('hook', order_key => 'k', unique_key => 'u')")
-    assert conn.execute("SELECT count(*) FROM pgq.order_keys").fetchone() == (0,)
+def test_a_follower_holds_its_unique_key_until_it_ends(conn: psycopg.Connection[Any]) -> None:
+    head = enqueue(conn, "hook", order_key="k", unique_key="u1")
+    follower = enqueue(conn, "hook", {"n": 1}, order_key="k", unique_key="u2")
+    assert _states(conn, "k") == [(head, "available"), (follower, "waiting")]
+    # Held while it waits, on every path: its id comes back, nothing is added to the key.
+    assert enqueue(conn, "hook", {"n": 2}, order_key="k", unique_key="u2") == follower
+    assert enqueue(conn, "hook", {"n": 3}, unique_key="u2") == follower
+    (sql_id,) = conn.execute(
+        "SELECT pgq.enqueue('hook', order_key => 'k', unique_key => 'u2')"
+    ).fetchone()
+    assert sql_id == follower
+    many = enqueue_many(
+        conn,
+        [
+            NewJob("hook", order_key="k", unique_key="u2"),
+            NewJob("hook", order_key="k", unique_key="u3"),
+            NewJob("hook", order_key="k", unique_key="u3"),
+            NewJob("hook", order_key="k"),
+        ],
+    )
+    assert many[0] == follower and many[1] == many[2] and len(set(many)) == 3
+    assert [i for i, _ in _states(conn, "k")] == [head, follower, many[1], many[3]]
+    assert _key_row(conn, "k") == (4, head)
+    assert conn.execute("SELECT args FROM pgq.jobs WHERE id = %s", (follower,)).fetchone() == (
+        {"n": 1},
+    )
+    # A dead letter with the key stays dead while the follower holds it.
+    (dead,) = conn.execute(
+        "INSERT INTO pgq.jobs (queue, kind, args, state, unique_key, finished_at) "
+        "VALUES ('default', 'hook', '{}', 'discarded', 'u2', now()) RETURNING id"
+    ).fetchone()
+    replay(conn, ReplayFilter(ids=[dead]))
+    assert conn.execute("SELECT state FROM pgq.jobs WHERE id = %s", (dead,)).fetchone() == (
+        "discarded",
+    )
+    # Once it has ended, the key is free again.
+    for expected in (head, follower):
+        (job,) = _claim_all(conn)
+        assert job.id == expected
+        complete(conn, [job])
+    fresh = enqueue(conn, "hook", order_key="k", unique_key="u2")
+    assert fresh not in (head, follower, *many)
+    assert _key_row(conn, "k") == (3, many[1])
 
 
 def test_bulk_enqueues_of_the_same_keys_at_once_neither_deadlock_nor_reorder(
