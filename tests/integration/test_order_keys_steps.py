@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 from supervisor import (
+    EnqueueError,
     NewJob,
     Workflow,
     cancel,
@@ -228,3 +230,17 @@ def test_a_batch_then_job_joins_its_key_when_the_batch_ends(
     ).fetchone()
     assert _state(conn, then_id) == ("available", "k2")
     assert _key_row(conn, "k2") == (1, then_id)
+
+
+def test_a_bad_order_key_on_a_step_or_a_then_job_writes_nothing(
+    conn: psycopg.Connection[Any],
+) -> None:
+    wf = Workflow("w")
+    first = wf.add(NewJob("a", order_key="k"))
+    wf.add(NewJob("b", order_key=" "), after=[first])
+    with pytest.raises(EnqueueError, match="job 'b': order_key must not be empty"):
+        enqueue_workflow(conn, wf)
+    with pytest.raises(EnqueueError, match="job 'done': order_key is 201 characters long"):
+        enqueue_batch(conn, [NewJob("m")], then=NewJob("done", order_key="k" * 201))
+    for table in ("jobs", "order_keys", "batches"):
+        assert conn.execute(f"SELECT count(*) FROM pgq.{table}").fetchone() == (0,), table
