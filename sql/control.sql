@@ -35,7 +35,8 @@ replayable AS (
                SELECT 1
                FROM pgq.jobs AS holder
                WHERE holder.unique_key = m.unique_key
-                 AND holder.state IN ('available', 'running', 'scheduled', 'unknown')
+                 -- 'waiting': a follower of an order key holds its unique key (0070).
+                 AND holder.state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
                  AND holder.id > 0
            ))
 ),

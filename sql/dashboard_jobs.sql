@@ -90,6 +90,25 @@ ORDER BY j.id DESC
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: web_cancel_slice_ids
+-- web_slice_ids for a cancel: the same ids, unlocked. The cancel (cancel_jobs, control.sql) locks
+-- them itself, an ordered job's key's row before the job's, the order every ending takes them
+-- in; a slice holding a follower's row while the cancel waits for its key would deadlock with
+-- the ending of the key's head (which holds the key and releases that follower). Two cancels of
+-- one job are harmless: the second finds it cancelled.
+SELECT j.id
+FROM pgq.jobs AS j
+WHERE j.id BETWEEN %(floor)s::bigint AND %(top)s::bigint
+  AND (%(below)s::bigint IS NULL OR j.id < %(below)s::bigint)
+  AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
+  AND j.state = ANY (%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
+  AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
 -- name: web_has_args_index
 -- Whether the operator built the optional index on args (sql/optional/jobs_args_index.sql).
 SELECT EXISTS (SELECT 1 FROM pg_indexes

@@ -6,7 +6,8 @@
 
 -- name: enqueue
 -- Inserts one job through the caller's connection. A unique key that is already held by a
--- waiting (available or scheduled), running or unknown job inserts nothing and returns no row
+-- waiting (available, scheduled, or a follower of an order key: 0070), running or unknown job
+-- inserts nothing and returns no row
 -- (`id > 0`, always true, makes both unique indexes the arbiters: migration 0041 says why). A job
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
 -- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10
@@ -54,14 +55,15 @@ SELECT
 FROM inserted;
 
 -- name: job_by_unique_key
--- The job that holds a unique key, when an enqueue with that key inserted nothing: waiting,
--- running or unknown (jobs_unique_key_held, 0041). Every holder look-up names 'unknown': the
--- insert's arbiter counts it, so a look-up without it would find no holder and the enqueue
+-- The job that holds a unique key, when an enqueue with that key inserted nothing: waiting
+-- (available, scheduled, or behind its order key: 'waiting', 0070), running or unknown
+-- (jobs_unique_key_holder, 0070). Every holder look-up names 'unknown' and 'waiting': the
+-- insert's arbiters count them, so a look-up without them would find no holder and the enqueue
 -- would try again forever.
 SELECT id
 FROM pgq.jobs
 WHERE unique_key = %(unique_key)s
-  AND state IN ('available', 'running', 'scheduled', 'unknown')
+  AND state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
   AND id > 0;
 
 -- name: jobs_by_unique_keys
@@ -69,7 +71,7 @@ WHERE unique_key = %(unique_key)s
 SELECT unique_key, id
 FROM pgq.jobs
 WHERE unique_key = ANY(%(unique_keys)s::text[])
-  AND state IN ('available', 'running', 'scheduled', 'unknown')
+  AND state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
   AND id > 0;
 
 -- name: enqueue_many

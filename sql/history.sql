@@ -145,10 +145,14 @@ WHERE j.id = %(id)s
 -- name: job_order
 -- The order key of job %(id)s (0066) for `jobs show`: its key, the job that holds the key now
 -- (pgq.order_keys.head_id: the one a follower waits for) with its state, and how many of the
--- key's jobs have not ended. No row for a job without a key.
-SELECT j.order_key, j.state, o.head_id, h.state AS head_state, o.unfinished
+-- key's jobs have not ended. A workflow step whose parents have not all ended has its key on
+-- its step row only (0068: it joins the key once released): the last column says so. No row for
+-- a job without a key.
+SELECT coalesce(j.order_key, s.order_key), j.state, o.head_id, h.state AS head_state,
+       o.unfinished, j.order_key IS NULL AS for_parents
 FROM pgq.jobs AS j
-LEFT JOIN pgq.order_keys AS o ON o.queue = j.queue AND o.key = j.order_key
+LEFT JOIN pgq.workflow_steps AS s ON s.job_id = j.id AND j.order_key IS NULL
+LEFT JOIN pgq.order_keys AS o ON o.queue = j.queue AND o.key = coalesce(j.order_key, s.order_key)
 LEFT JOIN pgq.jobs AS h ON h.id = o.head_id
 WHERE j.id = %(id)s
-  AND j.order_key IS NOT NULL;
+  AND coalesce(j.order_key, s.order_key) IS NOT NULL;

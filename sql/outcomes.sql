@@ -5,13 +5,13 @@
 
 -- name: create_batch
 -- Makes the batch of the jobs %(ids)s, just enqueued in the caller's transaction: the batch row
--- (with its `then` job's description, tenant and trace context included), each member's batch_id, and one counter row per shard
+-- (with its `then` job's description, tenant, trace context and order key included), each member's batch_id, and one counter row per shard
 -- (a member's shard is id % shards, as in pgq.batch_ended). Returns the batch's id and how
 -- many shards hold members (0 for an empty batch, which the caller finishes at once).
 WITH batch AS (
     INSERT INTO pgq.batches (total, shards, shards_left, then_kind, then_queue, then_args,
                              then_priority, then_max_attempts, then_delay, then_tenant,
-                             then_traceparent)
+                             then_traceparent, then_order_key)
     SELECT cardinality(%(ids)s::bigint[]),
            %(shards)s::integer,
            (SELECT count(DISTINCT mod(m, %(shards)s::integer))
@@ -23,7 +23,8 @@ WITH batch AS (
            %(then_max_attempts)s::integer,
            %(then_delay)s::float8,
            %(then_tenant)s::text,
-           %(then_traceparent)s::text
+           %(then_traceparent)s::text,
+           %(then_order_key)s::text
     RETURNING id, shards, shards_left
 ),
 members AS (
@@ -173,7 +174,7 @@ WITH held AS (
         FROM pgq.jobs AS o
         WHERE o.unique_key = j.unique_key
           AND o.id <> j.id
-          AND o.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND o.state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
         ORDER BY o.id
         LIMIT 1
     ) AS h

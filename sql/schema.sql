@@ -55,6 +55,7 @@ CREATE TABLE pgq.batches (
     workflow boolean DEFAULT false NOT NULL,
     workflow_name text,
     cancelled_at timestamp with time zone,
+    then_order_key text,
     CONSTRAINT batches_shards_check CHECK (((shards >= 1) AND (shards_left >= 0)))
 );
 
@@ -342,6 +343,7 @@ CREATE TABLE pgq.workflow_steps (
     cause text,
     released_at timestamp with time zone,
     ended_at timestamp with time zone,
+    order_key text,
     CONSTRAINT workflow_steps_policy_check CHECK ((on_parent_failure = ANY (ARRAY['cancel'::text, 'run'::text]))),
     CONSTRAINT workflow_steps_shards_check CHECK (((shards >= 1) AND (shards_left >= 0)))
 )
@@ -481,6 +483,9 @@ CREATE INDEX jobs_claim_tenant ON pgq.jobs USING btree (queue, COALESCE(tenant, 
 -- index jobs_debounce_key
 CREATE UNIQUE INDEX jobs_debounce_key ON pgq.jobs USING btree (debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'scheduled'::text])) AND (started_at IS NULL));
 
+-- index jobs_debounce_waiting
+CREATE INDEX jobs_debounce_waiting ON pgq.jobs USING btree (debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = 'waiting'::text));
+
 -- index jobs_discarded
 CREATE INDEX jobs_discarded ON pgq.jobs USING btree (finished_at) WHERE (state = 'discarded'::text);
 
@@ -501,6 +506,9 @@ CREATE UNIQUE INDEX jobs_unique_key ON pgq.jobs USING btree (unique_key) WHERE (
 
 -- index jobs_unique_key_held
 CREATE UNIQUE INDEX jobs_unique_key_held ON pgq.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text, 'scheduled'::text, 'unknown'::text])) AND (id > 0));
+
+-- index jobs_unique_key_holder
+CREATE UNIQUE INDEX jobs_unique_key_holder ON pgq.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text, 'scheduled'::text, 'unknown'::text, 'waiting'::text])) AND (id > 0));
 
 -- index jobs_unknown
 CREATE INDEX jobs_unknown ON pgq.jobs USING btree (run_at) WHERE (state = 'unknown'::text);
@@ -546,6 +554,7 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/limit_take_tokens.sql
 \ir functions/order_ended.sql
 \ir functions/order_head.sql
+\ir functions/order_join.sql
 \ir functions/order_rejoin.sql
 \ir functions/order_unjoin.sql
 \ir functions/take_wakeups.sql

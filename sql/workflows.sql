@@ -8,7 +8,11 @@
 -- the workflow's batch row and counters, every job, every step row, every edge and every gate.
 -- The ids are taken from the jobs' sequence first, so the edges can name them in the same
 -- statement. A step with parents is written 'waiting' (run_at is then unused: a delay counts
--- from its release); a step without any is due as any job is. The queues that received due
+-- from its release); a step without any is due as any job is, or, with %(follows)s, waits
+-- behind its order key's head (the caller took the keys first, order_keys_join). A step's order
+-- key is kept on its step row; a step without parents has it on its job too (it joined its key
+-- now), one with parents gets it there when it is released and joins (0068,
+-- pgq.workflow_ended). The queues that received due
 -- steps are woken as enqueue_many wakes them. Returns the ids in `add` order, then (on every
 -- row) the workflow's id and whether a step due later wakes the stagers.
 WITH steps AS (
@@ -26,9 +30,11 @@ WITH steps AS (
         unnest(%(tenants)s::text[]),
         unnest(%(policies)s::text[]),
         unnest(%(parents)s::integer[]),
-        unnest(%(shards)s::integer[])
+        unnest(%(shards)s::integer[]),
+        unnest(%(order_keys)s::text[]),
+        unnest(%(follows)s::boolean[])
     ) WITH ORDINALITY AS t(queue, kind, args, priority, run_at, delay, max_attempts,
-                           traceparent, tenant, policy, parents, shards, ord)
+                           traceparent, tenant, policy, parents, shards, order_key, follows, ord)
 ),
 -- Positions become ids by subscript, not by joins: a join of these unnests is estimated at
 -- billions of rows, and the plan's cost then made the server JIT-compile it (a second of a
@@ -71,15 +77,16 @@ counters AS (
 ),
 jobs AS (
     INSERT INTO pgq.jobs (id, queue, kind, args, priority, run_at, state, max_attempts,
-                          traceparent, tenant, batch_id)
+                          traceparent, tenant, batch_id, order_key)
     OVERRIDING SYSTEM VALUE
     SELECT s.id, s.queue, s.kind, s.args, s.priority, r.run_at,
            CASE
-               WHEN s.parents > 0 THEN 'waiting'
+               WHEN s.parents > 0 OR s.follows THEN 'waiting'
                WHEN r.run_at > now() THEN 'scheduled'
                ELSE 'available'
            END,
-           s.max_attempts, s.traceparent, s.tenant, batch.id
+           s.max_attempts, s.traceparent, s.tenant, batch.id,
+           CASE WHEN s.parents = 0 THEN s.order_key END
     FROM steps AS s
     CROSS JOIN batch
     CROSS JOIN LATERAL (
@@ -94,10 +101,10 @@ jobs AS (
 step_rows AS (
     INSERT INTO pgq.workflow_steps (job_id, workflow_id, position, kind, queue,
                                     on_parent_failure, parents, shards, shards_left, delay,
-                                    released_at)
+                                    released_at, order_key)
     SELECT s.id, batch.id, s.ord, s.kind, s.queue, s.policy, s.parents, s.shards,
            coalesce(g.n, 0), CASE WHEN s.parents > 0 THEN s.delay ELSE 0 END,
-           CASE WHEN s.parents = 0 THEN now() END
+           CASE WHEN s.parents = 0 THEN now() END, s.order_key
     FROM steps AS s
     CROSS JOIN batch
     LEFT JOIN gates_per_step AS g ON g.child_id = s.id

@@ -1,7 +1,9 @@
 -- pgq.enqueue: its current definition (applied by migrate after the numbered
 -- migrations, whenever this file changes; see sql/functions/README.md).
--- Last changed by 0066 (order_key => text, issue 33); before it, 0064 (debounce => interval),
--- 0042 (an unknown job holds its key: its holder is returned).
+-- Last changed with 0070 (a unique key goes with an order key: a follower holds it, issue 33);
+-- before it, 0069 (a debounce replaces its key's follower still waiting), 0066 (order_key =>
+-- text), 0064 (debounce => interval), 0042 (an unknown job holds its key: its holder is
+-- returned).
 
 -- The signatures it had before: two overloads would make every call by name
 -- ambiguous, so a database still holding one loses it here.
@@ -37,6 +39,8 @@ DECLARE
     -- the upsert inserted a job rather than replacing one.
     follows  boolean := false;
     fresh    boolean := true;
+    -- A debounce that replaced a follower of its key still waiting: nothing to wake.
+    behind   boolean := false;
 BEGIN
     IF kind IS NULL OR btrim(kind) = '' THEN
         RAISE EXCEPTION 'pgq.enqueue: kind must not be empty' USING ERRCODE = '22023';
@@ -88,12 +92,6 @@ BEGIN
         RAISE EXCEPTION 'pgq.enqueue: job %: order_key must be 1 to 200 characters',
             quote_literal(kind) USING ERRCODE = '22023';
     END IF;
-    IF order_key IS NOT NULL AND unique_key IS NOT NULL AND debounce IS NULL THEN
-        -- A follower waits in 'waiting', outside the unique indexes' states (0041): it could
-        -- not hold its unique key. A debounce's key is held only until its job starts anyway.
-        RAISE EXCEPTION 'pgq.enqueue: job %: give unique_key or order_key, not both',
-            quote_literal(kind) USING ERRCODE = '22023';
-    END IF;
     IF order_key IS NOT NULL THEN
         -- The key's row first (0066): its lock orders this enqueue among the key's other
         -- producers and its endings, and the count says whether a job of the key is unfinished.
@@ -133,6 +131,25 @@ BEGIN
               AND j.state IN ('available', 'scheduled')
               AND j.started_at IS NULL
             RETURNING j.id, false INTO job_id, fresh;
+            IF job_id IS NULL THEN
+                -- A follower of this key debounced with this key, still waiting behind its
+                -- head (0069): replaced where it stands (its id, so its place in the key), due
+                -- debounce after now once released. The key's row lock, held, orders this among
+                -- the key's producers, so two debounces at once leave one follower.
+                UPDATE pgq.jobs AS j
+                SET args = enqueue.args,
+                    run_at = now() + debounce
+                WHERE j.id = (SELECT w.id
+                              FROM pgq.jobs AS w
+                              WHERE w.debounce_key = enqueue.unique_key
+                                AND w.state = 'waiting'
+                                AND w.queue = enqueue.queue
+                                AND w.order_key = enqueue.order_key
+                              ORDER BY w.id
+                              LIMIT 1)
+                  AND j.state = 'waiting'
+                RETURNING j.id, false, true INTO job_id, fresh, behind;
+            END IF;
         END IF;
         IF job_id IS NULL THEN
             -- xmax is 0 in the row an upsert inserted, a lock's xid in one it updated.
@@ -153,8 +170,12 @@ BEGIN
             RETURNING j.id, j.xmax = 0 INTO job_id, fresh;
         END IF;
         IF order_key IS NOT NULL AND NOT fresh THEN
-            -- It replaced a job: nothing new in the key, which is woken for as usual below.
+            -- It replaced a job: nothing new in the key, which is woken for as usual below
+            -- (unless the job replaced still waits behind its key's head).
             PERFORM pgq.order_unjoin(enqueue.queue, enqueue.order_key);
+            IF behind THEN
+                RETURN job_id;
+            END IF;
         ELSIF order_key IS NOT NULL AND NOT follows THEN
             PERFORM pgq.order_head(enqueue.queue, enqueue.order_key, job_id);
         ELSIF follows THEN
@@ -208,12 +229,17 @@ BEGIN
             END IF;
             RETURN job_id;
         END IF;
+        -- 'waiting': a follower of an order key holds its unique key too (0070).
         SELECT j.id INTO job_id
         FROM pgq.jobs AS j
         WHERE j.unique_key = enqueue.unique_key
-          AND j.state IN ('available', 'running', 'scheduled', 'unknown')
+          AND j.state IN ('available', 'running', 'scheduled', 'unknown', 'waiting')
           AND j.id > 0;
         IF job_id IS NOT NULL THEN
+            IF order_key IS NOT NULL THEN
+                -- Nothing inserted: the count taken on the key goes back (0066).
+                PERFORM pgq.order_unjoin(enqueue.queue, enqueue.order_key);
+            END IF;
             RETURN job_id;
         END IF;
         -- The holder of the key finished between the insert and the look-up: try again.

@@ -7,6 +7,10 @@
 -- cancelled already, so nothing more is released. No gate is touched: every step that could
 -- be released is cancelled here, so no lock is taken in the endings' order in reverse.
 -- Returns how many steps it cancelled.
+--
+-- Steps with order keys (0068) that had joined their keys leave them as a cancel does
+-- (pgq.order_ended: a cancelled head lets its key's next follower go), their keys' rows taken
+-- before the steps' job rows, in the order of every ending (see cancel_jobs in control.sql).
 
 CREATE OR REPLACE FUNCTION pgq.workflow_cancel(w bigint)
 RETURNS integer
@@ -20,16 +24,42 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    WITH cancelled AS (
-        UPDATE pgq.jobs AS j
-        SET state = 'cancelled',
-            finished_at = now(),
-            cancel_requested_at = now()
+    PERFORM 1
+    FROM pgq.order_keys AS o
+    WHERE (o.queue, o.key) IN (SELECT j.queue, j.order_key
+                               FROM pgq.workflow_steps AS s
+                               JOIN pgq.jobs AS j ON j.id = s.job_id
+                               WHERE s.workflow_id = w
+                                 AND s.outcome IS NULL
+                                 AND s.order_key IS NOT NULL
+                                 AND j.order_key IS NOT NULL)
+    ORDER BY o.queue COLLATE "C", o.key COLLATE "C"
+    FOR UPDATE OF o;
+    WITH target AS (
+        SELECT j.id, j.state
+        FROM pgq.jobs AS j
         WHERE j.id = ANY(ARRAY(SELECT s.job_id FROM pgq.workflow_steps AS s
                                WHERE s.workflow_id = w AND s.outcome IS NULL
                                ORDER BY s.job_id))
           AND j.state IN ('waiting', 'available', 'scheduled')
-        RETURNING j.id
+        ORDER BY j.id
+        FOR UPDATE OF j
+    ),
+    cancelled AS (
+        UPDATE pgq.jobs AS j
+        SET state = 'cancelled',
+            finished_at = now(),
+            cancel_requested_at = now()
+        FROM target AS t
+        WHERE j.id = t.id
+          AND j.state IN ('waiting', 'available', 'scheduled')
+        RETURNING j.id, j.queue, j.order_key, t.state = 'waiting' AS follower
+    ),
+    ordered AS (
+        SELECT pgq.order_ended(array_agg(queue), array_agg(order_key), array_agg(follower))
+        FROM cancelled
+        WHERE order_key IS NOT NULL
+        HAVING count(*) > 0
     ),
     stepped AS (
         UPDATE pgq.workflow_steps AS s
@@ -40,7 +70,9 @@ BEGIN
         WHERE s.job_id = c.id
         RETURNING s.job_id
     )
-    SELECT array_agg(job_id ORDER BY job_id) INTO doomed FROM stepped;
+    SELECT array_agg(job_id ORDER BY job_id) INTO doomed
+    FROM stepped
+    CROSS JOIN (SELECT count(*) FROM ordered) AS o;
     UPDATE pgq.batches SET cancelled_at = coalesce(cancelled_at, now()) WHERE id = w;
     IF doomed IS NULL THEN
         RETURN 0;

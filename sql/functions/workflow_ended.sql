@@ -8,6 +8,11 @@
 -- emptied. The cancelled children end in turn, so this repeats down the graph (a loop, not a
 -- recursion: a chain of 10,000 steps is 10,000 rounds, not 10,000 nested calls). Returns how
 -- many steps it released.
+--
+-- A released step with an order key (0068) joins its key then (pgq.order_join): it is due at
+-- once when the key is free, otherwise it waits ('waiting', its order_key now set) behind the
+-- key's head. Such a follower no longer waits for parents: its gates are not counted down again
+-- (a replayed parent ends a second time) and a parent's failure does not cancel it.
 
 CREATE OR REPLACE FUNCTION pgq.workflow_ended(job_ids bigint[], outcomes text[])
 RETURNS integer
@@ -21,6 +26,7 @@ DECLARE
     emptied_ns   integer[];
     ready        bigint[];
     doomed       bigint[];
+    followers    bigint[];
     released     integer := 0;
     n            integer;
     queues       text[];
@@ -46,6 +52,7 @@ BEGIN
             JOIN pgq.workflow_steps AS c ON c.job_id = ed.child_id
             JOIN pgq.jobs AS cj ON cj.id = ed.child_id
             WHERE cj.state = 'waiting'
+              AND cj.order_key IS NULL
             GROUP BY 1, 2
         ),
         locked AS (
@@ -112,6 +119,7 @@ BEGIN
                           AND c.on_parent_failure = 'cancel'
                         ORDER BY 1))
                   AND j.state = 'waiting'
+                  AND j.order_key IS NULL
                 RETURNING j.id
             ),
             caused AS (
@@ -125,9 +133,26 @@ BEGIN
         END IF;
 
         IF ready IS NOT NULL THEN
+            -- The ready steps with an order key join it (0068), their job rows locked first (in
+            -- id order), so that one cancelled meanwhile does not join; the key's row is taken
+            -- after the gates', as every ending takes it (batch_ended before order_ended).
+            SELECT pgq.order_join(array_agg(t.queue), array_agg(t.order_key), array_agg(t.id))
+            INTO followers
+            FROM (
+                SELECT j.id, j.queue, s.order_key
+                FROM pgq.jobs AS j
+                JOIN pgq.workflow_steps AS s ON s.job_id = j.id
+                WHERE j.id = ANY(ready)
+                  AND s.order_key IS NOT NULL
+                  AND j.state = 'waiting'
+                ORDER BY j.id
+                FOR UPDATE OF j
+            ) AS t;
             WITH woken AS (
                 UPDATE pgq.jobs AS j
-                SET state = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'available' END,
+                SET state = CASE WHEN j.id = ANY(followers) THEN 'waiting'
+                                 WHEN s.delay > 0 THEN 'scheduled' ELSE 'available' END,
+                    order_key = s.order_key,
                     run_at = now() + make_interval(secs => s.delay),
                     batch = jsonb_build_object('workflow', s.workflow_id,
                                                'parents', pgq.workflow_parents(j.id))

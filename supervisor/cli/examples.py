@@ -24,6 +24,7 @@ EXAMPLES: dict[str, list[str]] = {
     "batches show": ["-c queues.yaml batches show 12", "-c queues.yaml batches show 12 --json"],
     "jobs list": [
         "-c queues.yaml jobs list --state running",
+        "-c queues.yaml jobs list --state waiting --queue ledger",
         "-c queues.yaml jobs list --queue pdf --kind render_pdf --limit 100 --json",
     ],
     "jobs show": ["-c queues.yaml jobs show 4711", "-c queues.yaml jobs show 4711 --json"],
@@ -31,6 +32,7 @@ EXAMPLES: dict[str, list[str]] = {
         "-c queues.yaml jobs cancel 4711 4712",
         "-c queues.yaml jobs cancel --queue pdf --kind render_pdf --dry-run",
         "-c queues.yaml jobs cancel --args '{\"customer\": 7}' --json",
+        "-c queues.yaml jobs cancel --state waiting --kind post_entry --dry-run",
     ],
     "jobs retry": [
         "-c queues.yaml jobs retry 4711 4712",

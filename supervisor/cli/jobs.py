@@ -421,6 +421,7 @@ def _retry_one(ctx: Context, job_id: int, documents: list[dict[str, Any]]) -> in
     with session(ctx) as conn, conn.transaction():
         moved = control.retry_now(conn, job_id)
         job = control.show_job(conn, job_id) if moved is None else None
+        order = job_order(conn, job_id) if job is not None and job.state == "waiting" else None
     documents.append(
         {
             "id": job_id,
@@ -439,4 +440,19 @@ def _retry_one(ctx: Context, job_id: int, documents: list[dict[str, Any]]) -> in
             f"job {job_id} is discarded: put it back with "
             f"`pgq-supervisor -c {ctx.config.path} jobs replay {job_id}`"
         )
+    if job.state == "waiting":
+        return _fail(
+            f"job {job_id} {_waits_for(order)}: it cannot be made due before that "
+            "(cancel it, or let that end)"
+        )
     return _fail(f"job {job_id} is {job.state}, not waiting: nothing to retry")
+
+
+def _waits_for(order: dict[str, Any] | None) -> str:
+    """What a job in state 'waiting' waits for, in words (`jobs retry` of one)."""
+    if order is not None and order["waits_for"] is not None:
+        return (
+            f"waits for job {order['waits_for']} ({order['waits_for_state']}), the earlier job "
+            f"of its order key {safe(order['key'])}, to end"
+        )
+    return "waits for its workflow parents to end"

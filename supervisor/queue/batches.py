@@ -91,11 +91,6 @@ def _batch_steps(jobs: Iterable[NewJob], then: NewJob | None) -> _Steps:
             f"then job {then_row.kind!r}: cannot have a unique_key ({then_row.unique_key!r}); "
             "it is enqueued once per batch anyway"
         )
-    if then_row is not None and then_row.order_key is not None:
-        raise EnqueueError(
-            f"then job {then_row.kind!r}: cannot have an order_key ({then_row.order_key!r}); "
-            "it runs once the whole batch has ended"
-        )
     if then_row is not None and then_row.run_at is not None:
         raise EnqueueError(
             f"then job {then_row.kind!r}: run_at cannot be known in advance; give a delay "
@@ -116,6 +111,8 @@ def _batch_steps(jobs: Iterable[NewJob], then: NewJob | None) -> _Steps:
             "then_delay": then_row.delay if then_row else None,
             "then_tenant": then_row.tenant if then_row else None,
             "then_traceparent": then_row.traceparent if then_row else None,
+            # It joins its key when the batch ends, as an enqueue then would (0068).
+            "then_order_key": then_row.order_key if then_row else None,
         },
         "one",
     )

@@ -41,7 +41,12 @@ class Action:
 ACTIONS = {
     a.name: a
     for a in (
-        Action("cancel", ("available", "scheduled", "running"), "Cancel", "cancelled or stopping"),
+        Action(
+            "cancel",
+            ("available", "scheduled", "waiting", "running"),
+            "Cancel",
+            "cancelled or stopping",
+        ),
         Action("run-now", ("scheduled",), "Run now", "made due now"),
         Action("replay", ("discarded",), "Replay", "replayed"),
     )
@@ -89,6 +94,12 @@ def states_for(action: Action, which: JobFilter) -> list[str]:
     """The states the action touches under this filter."""
     if which.state is None:
         return list(action.states)
+    if which.state == "waiting" and action.name == "run-now":
+        raise NotApplicable(
+            "run now applies to scheduled jobs, not waiting ones: a waiting job waits for its "
+            "workflow parents or for the earlier job of its order key to end, not for a time "
+            "(cancel it, or let what it waits for end)"
+        )
     if which.state not in action.states:
         raise NotApplicable(
             f"{action.verb.lower()} applies to {' or '.join(action.states)} jobs, not "
@@ -156,8 +167,11 @@ def act_slice(
 ) -> Sliced:
     """One slice: the next ``limit`` matching ids below ``below``, locked, acted on in the
     caller's transaction. ``params`` are the filter's with ``states``."""
+    # A cancel takes no row lock here: cancel_jobs locks an ordered job's key before the job
+    # (sql/control.sql), as the ending of its key's head does; locking the job first would
+    # deadlock with that ending (it holds the key, then releases the waiting follower).
     found = conn.execute(
-        bulk_query("web_slice_ids"),
+        bulk_query("web_cancel_slice_ids" if name == "cancel" else "web_slice_ids"),
         {**params, "top": top, "floor": floor, "below": below, "limit": limit},
     ).fetchall()
     ids = [row[0] for row in found]

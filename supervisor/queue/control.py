@@ -23,8 +23,10 @@ from psycopg.types.json import Jsonb
 
 from supervisor.queue.queries import query
 
-# Every state a job row can hold; 'scheduled' has rows once the scheduling migration is in.
-STATES = ("available", "scheduled", "running", "discarded", "cancelled", "unknown")
+# Every state a job row can hold; 'scheduled' has rows once the scheduling migration is in;
+# 'waiting': a workflow step waiting for its parents (0050) or a follower behind its order key's
+# earlier job (0066).
+STATES = ("available", "scheduled", "waiting", "running", "discarded", "cancelled", "unknown")
 WAITING_STATES = ("available", "scheduled")
 
 

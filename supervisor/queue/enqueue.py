@@ -403,12 +403,6 @@ def _check(
     debounced = debounce is not None
     if debounced:
         seconds = _debounce(kind, debounce, unique_key, delay, run_at)
-    elif order_key is not None and unique_key is not None:
-        # A follower waits outside the unique indexes' states, so it could not hold its key.
-        raise EnqueueError(
-            f"job {kind!r}: give unique_key or order_key, not both (a debounce's key may go "
-            "with an order key)"
-        )
     text = encode_args(kind, args)
     if traceparent is None:
         traceparent = current_trace
@@ -666,7 +660,8 @@ def enqueue(
     characters) start one at a time, fleet-wide, in the order they were enqueued: a later one
     waits (state 'waiting', never claimed, no attempt spent) until the one before it has ended
     (completed, discarded or cancelled); one that is retried or whose outcome is unknown holds
-    the ones after it until it ends. Order inside a key wins over priority.
+    the ones after it until it ends. Order inside a key wins over priority. A follower holds its
+    ``unique_key`` while it waits, as any job does.
     """
     row = _one_row(
         kind,

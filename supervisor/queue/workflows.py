@@ -24,6 +24,7 @@ from typing import Any, Literal
 import psycopg
 
 from supervisor.queue import enqueue as enqueue_mod
+from supervisor.queue import ordered
 from supervisor.queue import tracecontext as tracing
 from supervisor.queue.batches import shards_for
 from supervisor.queue.columns import job_columns
@@ -250,22 +251,26 @@ def _workflow_steps(wf: Workflow, notify: bool) -> _Steps:
         if row.unique_key is not None:
             # A duplicate would be another job's id, outside the graph.
             raise EnqueueError(f"{where}: a step cannot have a unique_key ({row.unique_key!r})")
-        if row.order_key is not None:
-            # A step's order is its graph's edges; a key would hold it a second way, and a
-            # step cancelled by its parent's failure would not count its key down.
-            raise EnqueueError(
-                f"{where}: a step cannot have an order_key ({row.order_key!r}); order steps "
-                "with after=[...]"
-            )
         if count and row.run_at is not None:
             raise EnqueueError(
                 f"{where}: a step with parents cannot have a run_at (when they end is not known "
                 "in advance); give a delay, counted from its release"
             )
+    # A step with an order key joins its key once it is ready (0068): one without parents now,
+    # its key's row taken before it is written, as an enqueue takes it; one with parents when
+    # they have ended (pgq.workflow_ended), so it never holds its key while it cannot start.
+    roots = [i for i, row in enumerate(rows) if row.order_key is not None and not parents[i]]
+    follows = [False] * len(rows)
+    if roots:
+        joined = yield from ordered.join_keys([rows[i] for i in roots], _Step)
+        for i, follow in zip(roots, joined, strict=True):
+            follows[i] = follow
     returned = yield _Step(
         "enqueue_workflow",
         {
             **job_columns(rows),
+            "order_keys": [row.order_key for row in rows],
+            "follows": follows,
             "policies": [s.on_parent_failure for s in wf.steps],
             "parents": parents,
             "shards": [gates_for(p) for p in parents],
@@ -277,9 +282,14 @@ def _workflow_steps(wf: Workflow, notify: bool) -> _Steps:
         },
         "all",
     )
+    ids = [int(r[0]) for r in returned]
+    if roots:
+        yield from ordered.name_heads(
+            [rows[i] for i in roots], [ids[i] for i in roots], [follows[i] for i in roots], _Step
+        )
     if notify and returned[0][2]:
         yield _Step("notify_scheduled", {}, "none")
-    return WorkflowHandle(int(returned[0][1]), [int(r[0]) for r in returned])
+    return WorkflowHandle(int(returned[0][1]), ids)
 
 
 def enqueue_workflow(

@@ -7,7 +7,7 @@ index (sql/dashboard.sql, web_job_history).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -20,6 +20,8 @@ from supervisor.queue.costs import cost_query
 from supervisor.queue.progress import progress_query
 from supervisor.queue.queries import query
 from supervisor.shared.redact import redact, shown
+from supervisor.views.aging import AGING_QUERY, aging_of
+from supervisor.views.order import ORDER_QUERY, order_of
 from supervisor.web.reads import dashboard_query, fetch, server_now, snapshot
 
 # History rows shown for one job: one per time it finished (a replayed dead letter finishes
@@ -57,6 +59,10 @@ class JobView:
     result: Kept | None = None
     progress: dict[str, Any] | None = None  # what its handler last said (pgq.job_progress)
     costs: list[dict[str, Any]] = field(default_factory=list)  # each attempt's, in order
+    # Its order key and what it holds the job to, as `jobs show` reads it (views/order.py).
+    order: dict[str, Any] | None = None
+    # Its aging level while it waits to be claimed in a queue that ages (views/aging.py).
+    aging: dict[str, Any] | None = None
 
     @property
     def errors(self) -> Errors:
@@ -67,10 +73,15 @@ class JobView:
 
 
 async def read(
-    pool: AsyncConnectionPool[Any], job_id: int, *, redacted: Collection[str] = ()
+    pool: AsyncConnectionPool[Any],
+    job_id: int,
+    *,
+    redacted: Collection[str] = (),
+    aging_period: Callable[[str], float] | None = None,
 ) -> JobView:
     """The job's view, its arguments' ``redacted`` keys already replaced (web.redact), and
-    their values out of its error texts."""
+    their values out of its error texts. ``aging_period``: the config's seconds per level of a
+    queue (none: no aging shown)."""
     async with snapshot(pool) as conn:
         now = await server_now(conn)
         async with conn.cursor() as cur:
@@ -90,7 +101,20 @@ async def read(
         kept = await fetch(conn, query("job_result"), {"id": job_id})
         said = await fetch(conn, progress_query("read_progress"), {"ids": [job_id]})
         spent = await fetch(conn, cost_query("job_costs"), {"id": job_id})
+        order, aging = None, None
+        if job is not None:
+            order = order_of(job_id, await _one(conn, query(ORDER_QUERY), job_id))
+            every = aging_period(job.queue) if aging_period is not None else 0.0
+            if every > 0:
+                aging = aging_of(await _one(conn, query(AGING_QUERY), job_id), every, now)
     history = [Finished(**{**r, "errors": errors_of(r["errors"])}) for r in rows]
     # What a handler returned may carry a redacted key's value too (a card echoed back).
     result = Kept(redact(kept[0]["result"], redacted), kept[0]["finished_at"]) if kept else None
-    return JobView(now, job, history, result, said[0] if said else None, spent)
+    return JobView(now, job, history, result, said[0] if said else None, spent, order, aging)
+
+
+async def _one(conn: Any, sql: str, job_id: int) -> Any:
+    """The row (a tuple, as the sync readers get it) of a statement about job ``job_id``."""
+    async with conn.cursor() as cur:
+        await cur.execute(sql, {"id": job_id})
+        return await cur.fetchone()

@@ -72,7 +72,12 @@ def routes(site: Site) -> list[Route]:
 
     async def job(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        view = await jobpage.read(site.pool, job_id, redacted=site.web.redact)
+        view = await jobpage.read(
+            site.pool,
+            job_id,
+            redacted=site.web.redact,
+            aging_period=site.config.aging.period if site.config is not None else None,
+        )
         if view.job is not None:
             return site.render(request, "job.html", job=view.job, view=view, now=view.now)
         if view.history:

@@ -19,6 +19,8 @@ from supervisor.config import Config
 from supervisor.config.model import WebConfig
 from supervisor.config.units import UnitError, parse_duration
 from supervisor.queue.limits import format_rate
+from supervisor.views.aging import aging_words
+from supervisor.views.order import order_words
 from supervisor.views.status import share
 from supervisor.views.text import age, clock_time
 from supervisor.web.actions import Actions
@@ -103,6 +105,9 @@ def templates(folder: Path) -> Environment:
     env.globals["share"] = share
     env.globals["spark_json"] = overview_series
     env.globals["zip"] = zip
+    # The job page's order key and aging, in the words `jobs show` prints (supervisor/views).
+    env.globals["order_words"] = order_words
+    env.globals["aging_words"] = aging_words
     env.globals["since"] = lambda now, moment: (
         age((now - moment).total_seconds()) if moment else "-"
     )

@@ -20,7 +20,6 @@ import pytest
 from supervisor import (
     EnqueueError,
     NewJob,
-    Workflow,
     cancel,
     claim,
     complete,
@@ -29,7 +28,6 @@ from supervisor import (
     enqueue_batch,
     enqueue_many,
     enqueue_many_async,
-    enqueue_workflow,
     resolve,
     settle,
 )
@@ -321,22 +319,49 @@ def test_the_sql_function_refuses_a_bad_key(conn: psycopg.Connection[Any]) -> No
         conn.execute("SELECT pgq.enqueue('hook', order_key => repeat('k', 201))")
 
 
-def test_a_unique_key_with_an_order_key_is_refused(conn: psycopg.Connection[Any]) -> None:
-    with pytest.raises(EnqueueError, match="give unique_key or order_key, not both"):
-        enqueue(conn, "hook", order_key="k", unique_key="u")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not both"):
-        conn.execute("SELECT pgq.enqueue('hook', order_key => 'k', unique_key => 'u')")
-    assert conn.execute("SELECT count(*) FROM pgq.order_keys").fetchone() == (0,)
-
-
-def test_workflow_steps_and_a_batch_then_refuse_a_key(conn: psycopg.Connection[Any]) -> None:
-    wf = Workflow("w")
-    wf.add(NewJob("step", order_key="k"))
-    with pytest.raises(EnqueueError, match="a step cannot have an order_key"):
-        enqueue_workflow(conn, wf)
-    with pytest.raises(EnqueueError, match="then job 'done': cannot have an order_key"):
-        enqueue_batch(conn, [NewJob("hook")], then=NewJob("done", order_key="k"))
-    assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
+def test_a_follower_holds_its_unique_key_until_it_ends(conn: psycopg.Connection[Any]) -> None:
+    head = enqueue(conn, "hook", order_key="k", unique_key="u1")
+    follower = enqueue(conn, "hook", {"n": 1}, order_key="k", unique_key="u2")
+    assert _states(conn, "k") == [(head, "available"), (follower, "waiting")]
+    # Held while it waits, on every path: its id comes back, nothing is added to the key.
+    assert enqueue(conn, "hook", {"n": 2}, order_key="k", unique_key="u2") == follower
+    assert enqueue(conn, "hook", {"n": 3}, unique_key="u2") == follower
+    (sql_id,) = conn.execute(
+        "SELECT pgq.enqueue('hook', order_key => 'k', unique_key => 'u2')"
+    ).fetchone()
+    assert sql_id == follower
+    many = enqueue_many(
+        conn,
+        [
+            NewJob("hook", order_key="k", unique_key="u2"),
+            NewJob("hook", order_key="k", unique_key="u3"),
+            NewJob("hook", order_key="k", unique_key="u3"),
+            NewJob("hook", order_key="k"),
+        ],
+    )
+    assert many[0] == follower and many[1] == many[2] and len(set(many)) == 3
+    assert [i for i, _ in _states(conn, "k")] == [head, follower, many[1], many[3]]
+    assert _key_row(conn, "k") == (4, head)
+    assert conn.execute("SELECT args FROM pgq.jobs WHERE id = %s", (follower,)).fetchone() == (
+        {"n": 1},
+    )
+    # A dead letter with the key stays dead while the follower holds it.
+    (dead,) = conn.execute(
+        "INSERT INTO pgq.jobs (queue, kind, args, state, unique_key, finished_at) "
+        "VALUES ('default', 'hook', '{}', 'discarded', 'u2', now()) RETURNING id"
+    ).fetchone()
+    replay(conn, ReplayFilter(ids=[dead]))
+    assert conn.execute("SELECT state FROM pgq.jobs WHERE id = %s", (dead,)).fetchone() == (
+        "discarded",
+    )
+    # Once it has ended, the key is free again.
+    for expected in (head, follower):
+        (job,) = _claim_all(conn)
+        assert job.id == expected
+        complete(conn, [job])
+    fresh = enqueue(conn, "hook", order_key="k", unique_key="u2")
+    assert fresh not in (head, follower, *many)
+    assert _key_row(conn, "k") == (3, many[1])
 
 
 def test_bulk_enqueues_of_the_same_keys_at_once_neither_deadlock_nor_reorder(
@@ -406,6 +431,7 @@ def test_jobs_show_says_what_a_follower_waits_for(cli: Cli, conn: psycopg.Connec
     document = json.loads(cli("jobs", "show", str(follower), "--json").out)
     assert document["order"] == {
         "key": "cust-7",
+        "waits_for_parents": False,
         "waits_for": head,
         "waits_for_state": "running",
         "holds_key": False,
@@ -467,3 +493,32 @@ def test_producers_and_completions_of_the_same_keys_at_once(
         assert ids == sorted(ids), key
     assert conn.execute("SELECT count(*) FROM pgq.jobs").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM pgq.order_keys").fetchone() == (0,)
+
+
+def test_a_debounce_replaces_its_follower_still_waiting(conn: psycopg.Connection[Any]) -> None:
+    head = enqueue(conn, "hook", {"v": 0}, order_key="d")
+    first = enqueue(conn, "hook", {"v": 1}, order_key="d", unique_key="doc", debounce=5)
+    behind = enqueue(conn, "hook", {"v": 9}, order_key="d")
+    (was,) = conn.execute("SELECT run_at FROM pgq.jobs WHERE id = %s", (first,)).fetchone()
+    # Debounced again, on every path, while it waits behind the head: replaced, not added.
+    assert enqueue(conn, "hook", {"v": 2}, order_key="d", unique_key="doc", debounce=60) == first
+    (bulk,) = enqueue_many(
+        conn, [NewJob("hook", {"v": 3}, order_key="d", unique_key="doc", debounce=60)]
+    )
+    assert bulk == first
+    (sql_id,) = conn.execute(
+        "SELECT pgq.enqueue('hook', '{\"v\": 4}', order_key => 'd', unique_key => 'doc', "
+        "debounce => interval '60 seconds')"
+    ).fetchone()
+    assert sql_id == first
+    assert _states(conn, "d") == [(head, "available"), (first, "waiting"), (behind, "waiting")]
+    assert _key_row(conn, "d") == (3, head)
+    args, run_at = conn.execute(
+        "SELECT args, run_at FROM pgq.jobs WHERE id = %s", (first,)
+    ).fetchone()
+    assert args == {"v": 4}
+    assert (run_at - was).total_seconds() > 50
+    # Released by the head's ending, it keeps its place and waits for its run_at.
+    (job,) = _claim_all(conn)
+    complete(conn, [job])
+    assert _states(conn, "d") == [(first, "scheduled"), (behind, "waiting")]
