@@ -2,7 +2,8 @@
 
 For each --rates value, on a fresh database: a real supervisor (--processes children, batch
 --batch, history on, its vacuum service on) drains no-op jobs that a producer enqueues at that
-rate (enqueue_many every 10 ms, with the wake-up notify, as an application would). Two phases of
+rate (enqueue_many every 10 ms, with the wake-up notify, as an application would; --producers
+threads share the rate, committing out of order). Two phases of
 --seconds each follow a --warm period:
 
 - ``clean``: nothing else runs;
@@ -21,7 +22,7 @@ statistics' flush) and the backlog left. Prints a line per phase and, last, one 
 
     .venv/bin/python scripts/benchmarks/steady_latency.py [--rates 1000,3000,5000] \\
         [--seconds 30] [--held SECONDS] [--slices N] [--recovery SECONDS] [--warm 5] \\
-        [--processes 2] [--batch 10]
+        [--processes 2] [--producers 1] [--batch 10]
 
 The DSN comes from --dsn, else PGQ_BENCH_DSN, else the machine's PostgreSQL.
 """
@@ -76,15 +77,21 @@ ORDER BY c.relname
 """
 
 
-def produce(db: str, rate: int, stop: threading.Event, sent: list[int]) -> None:
-    """Enqueue at ``rate`` jobs/s until stopped: each tick what is owed by then."""
+def produce(
+    db: str, rate: float, stop: threading.Event, sent: list[int], lock: threading.Lock
+) -> None:
+    """Enqueue at ``rate`` jobs/s until stopped: each tick what is owed by then. Several
+    producers commit out of order (a job's run_at is its transaction's start), as a web fleet's
+    do: their late commits land below the children's cursors."""
     with psycopg.connect(db, autocommit=True) as conn:
-        begun = time.monotonic()
+        begun, mine = time.monotonic(), 0
         while not stop.is_set():
-            owed = int((time.monotonic() - begun) * rate) - sent[0]
+            owed = int((time.monotonic() - begun) * rate) - mine
             if owed > 0:
                 enqueue_many(conn, [NewJob("noop", {}) for _ in range(owed)])
-                sent[0] += owed
+                mine += owed
+                with lock:
+                    sent[0] += owed
             time.sleep(TICK)
 
 
@@ -191,7 +198,13 @@ def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
         config = config_text(args.processes, args.batch, history=True)
         stop, release, holding = threading.Event(), threading.Event(), threading.Event()
         sent = [0]
-        producer = threading.Thread(target=produce, args=(db, rate, stop, sent), daemon=True)
+        lock = threading.Lock()
+        producers = [
+            threading.Thread(
+                target=produce, args=(db, rate / args.producers, stop, sent, lock), daemon=True
+            )
+            for _ in range(args.producers)
+        ]
         holder = threading.Thread(target=hold, args=(db, release, holding), daemon=True)
         with (
             psycopg.connect(db, autocommit=True) as conn,
@@ -199,7 +212,8 @@ def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
         ):
             # Offered from when the children are up, so that no start-up backlog is measured.
             wait_idle_children(conn, sup, args.processes, 120.0)
-            producer.start()
+            for producer in producers:
+                producer.start()
             try:
                 time.sleep(args.warm)
                 results = [phase(conn, "clean", rate, args.seconds, sent)]
@@ -216,7 +230,8 @@ def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
             finally:
                 release.set()
                 stop.set()
-                producer.join(30)
+                for producer in producers:
+                    producer.join(30)
                 holder.join(30)
     return results
 
@@ -233,6 +248,7 @@ def main() -> int:
     parser.add_argument("--recovery", type=float, default=0.0)
     parser.add_argument("--warm", type=float, default=5.0)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--producers", type=int, default=1, help="threads sharing the rate")
     parser.add_argument("--batch", type=int, default=10)
     args = parser.parse_args()
     load = os.getloadavg()
@@ -240,6 +256,7 @@ def main() -> int:
     report = {
         "scenario": "steady_latency",
         "processes": args.processes,
+        "producers": args.producers,
         "batch": args.batch,
         "load_average_at_start": load,
         "load_average_at_end": os.getloadavg(),
