@@ -74,28 +74,13 @@ WHERE j.id BETWEEN %(floor)s::bigint AND %(top)s::bigint
 
 -- name: web_slice_ids
 -- The next slice of a bulk action: the ids between %(floor)s and %(top)s, below %(below)s (the
--- last slice's lowest id), that still match, highest first, at most %(limit)s, locked so that
--- two slices (two browser tabs) never act on one job at once.
-SELECT j.id
-FROM pgq.jobs AS j
-WHERE j.id BETWEEN %(floor)s::bigint AND %(top)s::bigint
-  AND (%(below)s::bigint IS NULL OR j.id < %(below)s::bigint)
-  AND (%(state)s::text IS NULL OR j.state = %(state)s::text)
-  AND j.state = ANY (%(states)s::text[])
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
-  AND (%(args)s::jsonb IS NULL OR j.args @> %(args)s::jsonb)
-ORDER BY j.id DESC
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
-
--- name: web_cancel_slice_ids
--- web_slice_ids for a cancel: the same ids, unlocked. The cancel (cancel_jobs, control.sql) locks
--- them itself, an ordered job's key's row before the job's, the order every ending takes them
--- in; a slice holding a follower's row while the cancel waits for its key would deadlock with
--- the ending of the key's head (which holds the key and releases that follower). Two cancels of
--- one job are harmless: the second finds it cancelled.
+-- last slice's lowest id), that still match, highest first, at most %(limit)s. Sent unlocked
+-- for a cancel (cancel_jobs, control.sql, locks them itself, an ordered job's key's row before
+-- the job's, the order every ending takes them in: a slice holding a follower's row while the
+-- cancel waits for its key would deadlock with the ending of the key's head, which holds the key
+-- and releases that follower; two cancels of one job are harmless, the second finds it
+-- cancelled); for every other action with FOR UPDATE SKIP LOCKED after it (supervisor/queue/
+-- bulk.py), so that two slices (two browser tabs) never act on one job at once.
 SELECT j.id
 FROM pgq.jobs AS j
 WHERE j.id BETWEEN %(floor)s::bigint AND %(top)s::bigint

@@ -170,8 +170,9 @@ def act_slice(
     # A cancel takes no row lock here: cancel_jobs locks an ordered job's key before the job
     # (sql/control.sql), as the ending of its key's head does; locking the job first would
     # deadlock with that ending (it holds the key, then releases the waiting follower).
+    text = bulk_query("web_slice_ids")
     found = conn.execute(
-        bulk_query("web_cancel_slice_ids" if name == "cancel" else "web_slice_ids"),
+        text if name == "cancel" else text + "\nFOR UPDATE SKIP LOCKED",
         {**params, "top": top, "floor": floor, "below": below, "limit": limit},
     ).fetchall()
     ids = [row[0] for row in found]
