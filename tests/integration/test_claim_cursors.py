@@ -218,3 +218,19 @@ def test_a_prepared_claim_with_cursors_reads_indexes_in_order(
         without_aged(conn.execute(f"EXPLAIN (FORMAT JSON) {query('claim')}", params).fetchone())
     )
     assert "jobs_claim_tenant" in plan
+
+
+def test_a_prepared_flat_claim_past_its_cursor_reads_jobs_claim_in_order(
+    conn: psycopg.Connection[Any],
+) -> None:
+    enqueue_many(conn, [NewJob("k", queue="q", priority=n % 3) for n in range(2000)])
+    conn.execute("VACUUM ANALYZE pgq.jobs")
+    job = claim(conn, "q", worker="w", limit=10)[-1]
+    pool = [f"empty-{n}" for n in range(99)] + ["q"]
+    cursors = [("q", "", job.priority, job.run_at, job.id)]
+    params = claim_params(pool, worker="w", limit=10, lease_seconds=60.0, cursors=cursors)
+    generic = _generic_plan(conn, FLAT, params)
+    assert "Seq Scan" not in generic, generic
+    assert not sorts_run(generic), generic
+    assert "jobs_claim_tenant" not in generic, generic
+    assert "rows=10 " in generic.split("Update on jobs")[1], generic
