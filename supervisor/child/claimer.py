@@ -53,10 +53,13 @@ class Claimer:
         # claim), and such a claim takes nothing once a limit exists.
         self.limits = False
         # Whether the claims must share among tenants: until one of this child's claims returns
-        # a job with a tenant (or the pool's queues have tenant weights), the claim without limits
-        # or aging is the flat one (claim_builder.FLAT: no tenant walk, the queue's jobs in the
-        # global claim order), and from then on the walking variants, for the rest of its life.
-        self.tenanted = bool(self.tenants.weights)
+        # a job with a tenant (or the pool's queues have tenant weights or share by cost), the
+        # claim without limits or aging is the flat one (claim_builder.FLAT: no tenant walk, the
+        # queue's jobs in the global claim order), and from then on the walking variants, for the
+        # rest of its life.
+        self.tenanted = bool(self.tenants.weights) or bool(
+            self.spec.config.fair_by_cost & set(self.queue_names)
+        )
         # The cursor the claims are sent on, kept across claims (read before the next is sent):
         # a new one per claim built its result's loaders afresh (see jobs_api.execute_claim).
         self._claim_cursor: psycopg.RawCursor[Any] | None = None
