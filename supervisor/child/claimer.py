@@ -102,7 +102,11 @@ class Claimer:
         if self.aging:
             cursors = [c for c in cursors if c[0] not in self.aging]
         variant = claim_builder.variant(
-            limits=self.limits, batch=limit, aging=bool(self.aging), tenants=self.tenanted
+            limits=self.limits,
+            batch=limit,
+            aging=bool(self.aging),
+            tenants=self.tenanted,
+            cursors=bool(cursors),
         )
 
         def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, complete, enqueue_many
-from supervisor.queue.claim_builder import FLAT, VARIANTS, variant
+from supervisor.queue.claim_builder import FLAT, FLAT_HEAD, VARIANTS, variant
 from supervisor.queue.jobs import Claimed, read_claim, send_claim
 from supervisor.queue.limits import Limits, write_limits
 
@@ -47,7 +47,7 @@ def _claim(conn: psycopg.Connection[Any], name: str, limit: int, **kw: Any) -> C
         )
 
 
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("claim", FLAT)])
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("claim", FLAT, FLAT_HEAD)])
 def test_every_variant_claims_what_the_whole_claim_claims(
     conn: psycopg.Connection[Any], name: str
 ) -> None:
@@ -112,9 +112,10 @@ def test_the_flat_claim_takes_the_queues_jobs_in_claim_order_across_tenants(
     _backlog(conn)
     everything = _in_claim_order(conn, ["b", "a", "c"])
     for limit in (1, 7, 10, 40, 150):
-        mine = _claim(conn, FLAT, limit)
-        assert sorted(j.id for j in mine.jobs) == sorted(everything[:limit]), limit
-        assert not mine.limits_found
+        for name in (FLAT, FLAT_HEAD):
+            mine = _claim(conn, name, limit)
+            assert sorted(j.id for j in mine.jobs) == sorted(everything[:limit]), (name, limit)
+            assert not mine.limits_found
     jobs = _claim(conn, "claim", 40).jobs
     job = next(j for j in jobs[5:] if j.tenant is None)
     other = next(j for j in jobs if j.tenant is not None)
@@ -131,10 +132,11 @@ def test_the_flat_claim_takes_the_queues_jobs_in_claim_order_across_tenants(
     assert {j.id for j in got} == set(_in_claim_order(conn, ["b", "a", "c"], past=near))
 
 
-def test_the_flat_claim_skips_a_paused_queue(conn: psycopg.Connection[Any]) -> None:
+@pytest.mark.parametrize("name", [FLAT, FLAT_HEAD])
+def test_the_flat_claim_skips_a_paused_queue(conn: psycopg.Connection[Any], name: str) -> None:
     _backlog(conn)
     conn.execute("INSERT INTO pgq.queue_pauses (queue) VALUES ('b')")
-    got = _claim(conn, FLAT, 10).jobs
+    got = _claim(conn, name, 10).jobs
     assert len(got) == 10
     assert {j.queue for j in got} == {"a"}
 
@@ -149,9 +151,10 @@ def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
     # No tenant seen yet: the flat claim, for any batch, only without limits and aging.
     assert variant(limits=False, batch=10, aging=False, tenants=False) == FLAT
     assert variant(limits=False, batch=1, aging=False, tenants=False) == FLAT
+    assert variant(limits=False, batch=10, aging=False, tenants=False, cursors=False) == FLAT_HEAD
     assert variant(limits=True, batch=10, aging=False, tenants=False) == "claim_unaged"
     assert variant(limits=False, batch=10, aging=True, tenants=False) == "claim_unlimited"
-    assert len(VARIANTS) == 9
+    assert len(VARIANTS) == 10
 
 
 def test_a_queue_at_its_limit_keeps_the_first_jobs_the_walk_found(

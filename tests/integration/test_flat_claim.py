@@ -12,7 +12,9 @@ import pytest
 
 from supervisor import NewJob, enqueue, enqueue_many
 from supervisor.child import claimer as claimer_module
-from supervisor.queue.claim_builder import FLAT
+from supervisor.queue.claim_builder import FLAT, FLAT_HEAD
+
+FLATS = (FLAT, FLAT_HEAD)  # past the cursors, from the head
 
 CONFIG = """
 handlers:
@@ -76,7 +78,7 @@ def test_a_child_that_saw_no_tenant_claims_without_the_walk(
         job = enqueue(conn, "sleep")
         assert [j.id for j in claimer.claim(2)] == [job]
         assert claimer.claim(2) == []
-        assert variants == [FLAT, FLAT, FLAT]
+        assert len(variants) == 3 and set(variants) <= set(FLATS)
     finally:
         claimer.session.discard()
 
@@ -95,7 +97,7 @@ def test_the_first_tenant_job_makes_the_next_claim_share_among_tenants(
         a = enqueue_many(conn, [NewJob("sleep", tenant="a") for _ in range(4)])
         b = enqueue_many(conn, [NewJob("sleep", tenant="b") for _ in range(4)])
         assert [j.id for j in claimer.claim(2)] == a[:2]  # flat: the first two of a
-        assert variants == [FLAT, FLAT]
+        assert len(variants) == 2 and set(variants) <= set(FLATS)
         # From here on, the walk: a and b each give their share of the batch.
         shared = claimer.claim(2)
         assert sorted(j.tenant for j in shared) == ["a", "b"]
