@@ -1,6 +1,6 @@
 -- The claim: one statement takes the next jobs of a pool's queues and completes the last batch's
 -- (supervisor.child.claimer). It is not written out here: its steps are named pieces in the
--- files of sql/claim/ (completions, token, allowances, walk, quota, pick, order, reply), the
+-- files of sql/claim/ (completions, token, allowances, walk, quota, pick, order, reply, flat), the
 -- claim order written once in sql/claim/order.sql, and supervisor/queue/claim_builder.py
 -- composes them into the variants the server receives (claim, claim_one, claim_unlimited,
 -- claim_one_unlimited; query(name) returns each). docs/claim-order.md says what each step costs.

@@ -9,6 +9,10 @@
 -- the walk's comparisons (>=, <) agree byte for byte.
 coalesce(j.tenant, '') COLLATE "C"
 
+-- name: in_tenant
+-- The condition that keeps a half of the order (below) inside the tenant {tenant}.
+AND {tenant_key} = {tenant}
+
 -- name: claim_order
 -- The order inside one tenant.
 j.priority DESC, j.run_at, j.id
@@ -21,11 +25,12 @@ j.run_at, j.id
 -- A tenant's jobs at the priority of a key ({priority}, {run_at}, {id}), from that key on
 -- ({past}: > after it, >= from it), in claim order: the first half of "the rest of a tenant
 -- from a key". {guard} and {due} add a condition before and after; {lock} ends the query.
+-- {in_tenant}: the tenant's condition (in_tenant below); empty in the flat claim (flat.sql),
+-- which reads the queue's jobs of every tenant in this order (the index jobs_claim).
 SELECT {columns}
 FROM pgq.jobs AS j
 WHERE {guard}j.state = 'available'
-  AND j.queue = pool.queue
-  AND {tenant_key} = {tenant}
+  AND j.queue = pool.queue{in_tenant}
   AND j.priority = {priority}
   AND (j.run_at, j.id) {past} ({run_at}, {id}){due}
 ORDER BY {within_priority}
@@ -36,8 +41,7 @@ LIMIT {take}{lock}
 SELECT {columns}
 FROM pgq.jobs AS j
 WHERE {guard}j.state = 'available'
-  AND j.queue = pool.queue
-  AND {tenant_key} = {tenant}
+  AND j.queue = pool.queue{in_tenant}
   AND j.priority < {priority}{due}
 ORDER BY {claim_order}
 LIMIT {take}{lock}

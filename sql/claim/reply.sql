@@ -32,7 +32,10 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.attempts, j.max
 -- finished job with an order key lets its key's next follower go (pgq.order_ended, 0066, only
 -- when some job has a key). They run
 -- after the claim (so the batch counters' row locks are held for the commit alone), and the
--- claim's own text stays within the 1,024 characters pg_stat_activity keeps of a query.
+-- claim's own text stays within the 1,024 characters pg_stat_activity keeps of a query. They
+-- are the aggregate's own columns (volatile: kept though nothing reads them), not a lateral
+-- join beside it: its nodes cost every claim about 40 us of the server's time
+-- (scripts/benchmarks/idle_claim_cost.py).
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, lease_until,
        created_at, batch, traceparent, tenant, NULL::bigint[] AS completed,
        NULL::float8 AS limit_wait{limits_column}
@@ -42,27 +45,23 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
        d.ids, {wait}{limits_value}
 FROM (
     SELECT array_agg(id) AS ids,
-           array_agg(kind) AS kinds,
-           array_agg(attempts) AS attempts,
-           array_agg(id) FILTER (WHERE batch_id IS NOT NULL) AS members,
-           array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL) AS batches,
-           array_agg(queue) FILTER (WHERE order_key IS NOT NULL) AS ordered_queues,
-           array_agg(order_key) FILTER (WHERE order_key IS NOT NULL) AS order_keys
-    FROM done
-) AS d
-CROSS JOIN LATERAL (
-    SELECT CASE
-               WHEN d.ids IS NOT NULL AND %(results)s::text <> '[]'
-               THEN pgq.keep_results(d.ids, d.kinds, d.attempts, %(results)s::jsonb)
+           CASE
+               WHEN count(*) > 0 AND %(results)s::text <> '[]'
+               THEN pgq.keep_results(array_agg(id), array_agg(kind), array_agg(attempts),
+                                     %(results)s::jsonb)
            END AS kept,
            CASE
-               WHEN d.members IS NOT NULL
-               THEN pgq.batch_ended(d.members, d.batches,
-                                    array_fill('completed'::text, ARRAY[cardinality(d.members)]))
+               WHEN count(batch_id) > 0
+               THEN pgq.batch_ended(array_agg(id) FILTER (WHERE batch_id IS NOT NULL),
+                                    array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL),
+                                    array_fill('completed'::text,
+                                               ARRAY[count(batch_id)::integer]))
            END AS ended,
            CASE
-               WHEN d.order_keys IS NOT NULL
-               THEN pgq.order_ended(d.ordered_queues, d.order_keys,
-                                    array_fill(false, ARRAY[cardinality(d.order_keys)]))
+               WHEN count(order_key) > 0
+               THEN pgq.order_ended(array_agg(queue) FILTER (WHERE order_key IS NOT NULL),
+                                    array_agg(order_key) FILTER (WHERE order_key IS NOT NULL),
+                                    array_fill(false, ARRAY[count(order_key)::integer]))
            END AS ordered
-) AS side
+    FROM done
+) AS d

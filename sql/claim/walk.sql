@@ -48,13 +48,18 @@ WHERE w.found < %(limit)s
 -- claimed there): in lap 1 only those before the resume point. The child sends them in tenant
 -- order (supervisor/child/cursors.py), so the first that qualifies is the nearest, with no sort.
 SELECT c.tenant COLLATE "C" AS tenant, c.priority, c.run_at, c.id
-FROM unnest(%(cursor_queues)s::text[], %(cursor_tenants)s::text[],
-            %(cursor_priorities)s::integer[], %(cursor_run_ats)s::timestamptz[],
-            %(cursor_ids)s::bigint[]) AS c(queue, tenant, priority, run_at, id)
+FROM {cursor_list}
 WHERE c.queue = pool.queue
   AND c.tenant COLLATE "C" >= w.pos
   AND (w.lap = 0 OR c.tenant COLLATE "C" < pool.resume)
 LIMIT 1
+
+-- name: cursor_list
+-- The child's cursors, as rows (queue, tenant, priority, run_at, id); aligned for its place
+-- after a FROM.
+unnest(%(cursor_queues)s::text[], %(cursor_tenants)s::text[],
+            %(cursor_priorities)s::integer[], %(cursor_run_ats)s::timestamptz[],
+            %(cursor_ids)s::bigint[]) AS c(queue, tenant, priority, run_at, id)
 
 -- name: probe_end
 -- Where this step's search for a tenant without a cursor ends: that cursor's tenant, else the

@@ -52,6 +52,14 @@ class Claimer:
         # without them (claim_builder's _unlimited variants: 9% less of the server's CPU a
         # claim), and such a claim takes nothing once a limit exists.
         self.limits = False
+        # Whether the claims must share among tenants: until one of this child's claims returns
+        # a job with a tenant (or the pool's queues have tenant weights or share by cost), the
+        # claim without limits or aging is the flat one (claim_builder.FLAT: no tenant walk, the
+        # queue's jobs in the global claim order), and from then on the walking variants, for the
+        # rest of its life.
+        self.tenanted = bool(self.tenants.weights) or bool(
+            self.spec.config.fair_by_cost & set(self.queue_names)
+        )
         # The cursor the claims are sent on, kept across claims (read before the next is sent):
         # a new one per claim built its result's loaders afresh (see jobs_api.execute_claim).
         self._claim_cursor: psycopg.RawCursor[Any] | None = None
@@ -93,7 +101,13 @@ class Claimer:
         cursors = self.cursors.for_claim(order, now)
         if self.aging:
             cursors = [c for c in cursors if c[0] not in self.aging]
-        variant = claim_builder.variant(limits=self.limits, batch=limit, aging=bool(self.aging))
+        variant = claim_builder.variant(
+            limits=self.limits,
+            batch=limit,
+            aging=bool(self.aging),
+            tenants=self.tenanted,
+            cursors=bool(cursors),
+        )
 
         def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
             return jobs_api.send_claim(
@@ -146,6 +160,10 @@ class Claimer:
             self.limits = True
             return self.claim(limit)
         took = time.perf_counter() - started
+        if not self.tenanted and any(job.tenant is not None for job in jobs):
+            # A tenant's job: its rotation shares from the next claim on (this one, flat, took
+            # the jobs in the global claim order).
+            self.tenanted = True
         self.board.observe_claim(took)
         self.board.count(Counter.CLAIMS)
         self.queues.observe(order, jobs, limit, now, charge=hint is None)

@@ -13,6 +13,7 @@ each a named piece in a file of sql/claim/ (docs/claim-order.md says what each c
   aging.sql        aged_pick             the same in a queue that ages: by effective priority
   order.sql        claim_order, ...      the claim order and its two halves, written once
   reply.sql        claimed, reply        the jobs marked running, the row of what was completed
+  flat.sql         flat_next, ...        the flat claim's next: no walk, the queue's jobs in order
 
 A piece names the pieces it contains as ``{name}``; the builder fills a slot with the piece of
 that name, or with a value it passes for that one use (the columns a half of the order returns,
@@ -80,7 +81,7 @@ def _past_cursor() -> dict[str, str]:
     """The walk's probe of a cursor's tenant: order.sql's two halves after the cursor's key."""
     common = {
         "guard": "k.tenant IS NOT NULL\n  AND ",
-        "tenant": "k.tenant",
+        "in_tenant": "\n" + piece("in_tenant", tenant="k.tenant"),
         "priority": "k.priority",
         "due": "",
         "take": "1",
@@ -106,7 +107,7 @@ def _pick(take: str, aging: bool) -> str:
     common = {
         "columns": "j.id",
         "guard": "",
-        "tenant": "v.tenant",
+        "in_tenant": "\n" + piece("in_tenant", tenant="v.tenant"),
         "priority": "v.kp",
         "due": "\nAND j.run_at <= now()",
         "take": take,
@@ -141,6 +142,33 @@ def _next(limits: bool, second_pass: bool, aging: bool) -> str:
     return piece("next", walk=walk, passes=passes, nth="")
 
 
+def _flat_next(past_cursor: bool) -> str:
+    """The flat claim's next (flat.sql): order.sql's two halves from the queue's key (past the
+    child's cursor for its tenant '', else the head), of every tenant, due, locked; without
+    ``past_cursor``, the second half alone, below every priority (from the head)."""
+    common = {
+        "columns": "j.id",
+        "guard": "",
+        "in_tenant": "",
+        "priority": "k.priority",
+        "due": "\nAND j.run_at <= now()",
+        "take": "%(limit)s",
+        "lock": "\nFOR UPDATE SKIP LOCKED",
+    }
+    if not past_cursor:
+        # The whole queue in claim order (a smallint's priorities are at most 32767), only
+        # while it is open (flat_open).
+        guard = piece("flat_open").replace("\n", "\n  ") + "\n  AND "
+        head = piece("lower_priorities", **{**common, "priority": "32768", "guard": guard})
+        return piece("flat_next", flat_pick=head)
+    pick = piece(
+        "pick",
+        same=piece("same_priority", past=">", run_at="k.run_at", id="k.id", **common),
+        lower=piece("lower_priorities", **common),
+    )
+    return piece("flat_next", flat_pick=piece("flat_past_cursor", pick=pick))
+
+
 def _name(limits: bool, second_pass: bool, aging: bool) -> str:
     return (
         ("claim" if second_pass else "claim_one")
@@ -149,27 +177,45 @@ def _name(limits: bool, second_pass: bool, aging: bool) -> str:
     )
 
 
-# The variants, by name: (with limits, with the second pass, with the aged pick). Each is a
+# The claim without the tenant walk (flat.sql), for any batch: without limits and aging only;
+# past the child's cursors, and from the head (a claim sent without cursors).
+FLAT = "claim_flat_unlimited_unaged"
+FLAT_HEAD = "claim_flat_head_unlimited_unaged"
+
+# The variants, by name: (with limits, with the second pass, with the aged pick, the shape of
+# its next: "walk" the tenant walk, "flat" past the cursors, "head" from the head). Each is a
 # statement the server plans once per session; the child sends the leanest that is right for
-# its claim (variant). Each step a variant leaves out is one measured to cost every claim that
-# has no use for it: the aged pick's nodes (38 of an empty batch-10 claim's 118) took 0.2 of its
-# 0.48 ms on the server, though behind a one-time filter they never run (executor start-up and
-# shutdown walk every node; scripts/benchmarks/idle_claim_cost.py).
+# its claim (variant). Each step a variant leaves out is one measured to cost
+# every claim that has no use for it: the aged pick's nodes (38 of an empty batch-10 claim's
+# 118) took 0.2 of its 0.48 ms on the server, though behind a one-time filter they never run
+# (executor start-up and shutdown walk every node; scripts/benchmarks/idle_claim_cost.py).
 VARIANTS = {
-    _name(limits, second_pass, aging): (limits, second_pass, aging)
-    for aging in (True, False)
-    for limits in (True, False)
-    for second_pass in (True, False)
+    **{
+        _name(limits, second_pass, aging): (limits, second_pass, aging, "walk")
+        for aging in (True, False)
+        for limits in (True, False)
+        for second_pass in (True, False)
+    },
+    FLAT: (False, False, False, "flat"),
+    FLAT_HEAD: (False, False, False, "head"),
 }
 
 
-def variant(*, limits: bool, batch: int, aging: bool) -> str:
+def variant(
+    *, limits: bool, batch: int, aging: bool, tenants: bool = True, cursors: bool = True
+) -> str:
     """The claim variant for a batch of ``batch`` jobs, ``limits``: whether the database may
     hold limits (False only once a claim said it has none: the unlimited variants claim nothing
     when one exists, and say so); ``aging``: whether any queue of the claim ages its jobs (the
     unaged variants pick in the plain claim order whatever the aging parameter says). A batch
     of one needs no second pass: the first gives every tenant visited a share of at least one
-    job, which is the whole batch."""
+    job, which is the whole batch. ``tenants``: whether the claim must share among tenants
+    (False only while none of the child's claims has returned a job with a tenant): without
+    limits and aging, such a claim is the flat one (flat.sql), which claims every tenant's jobs
+    in the global claim order, without the walk; ``cursors``: whether the claim is sent with
+    any (without: the flat claim from the head)."""
+    if not tenants and not limits and not aging:
+        return FLAT if cursors else FLAT_HEAD
     return _name(limits, batch != 1, aging)
 
 
@@ -181,10 +227,11 @@ def statement(name: str = "claim") -> str:
     the claim of a database without limits (no row in pgq.queue_limits): no allowance, caps or
     held_back, a tenant's room the batch; it claims nothing once a limit exists and says so
     (``limits_found`` in its last row). ``_unaged``: without the aged pick (no queue of the
-    claim ages)."""
+    claim ages). ``claim_flat_unlimited_unaged``: both, and without the tenant walk (flat.sql);
+    ``claim_flat_head_unlimited_unaged``: the same from the head, without cursors."""
     if name not in VARIANTS:
         raise ValueError(f"no claim variant {name!r} (known: {', '.join(VARIANTS)})")
-    limits, second_pass, aging = VARIANTS[name]
+    limits, second_pass, aging, shape = VARIANTS[name]
     steps = [
         ("done", piece("done")),
         ("recorded", piece("recorded")),
@@ -192,7 +239,10 @@ def statement(name: str = "claim") -> str:
     ]
     if limits:
         steps.append(("allowance", piece("allowance")))
-    steps.append(("next", _next(limits, second_pass, aging)))
+    if shape == "walk":
+        steps.append(("next", _next(limits, second_pass, aging)))
+    else:
+        steps.append(("next", _flat_next(past_cursor=shape == "flat")))
     if limits:
         steps.append(("capped", piece("capped")))
     steps.append(("claimed", piece("claimed", kept="capped" if limits else "next")))

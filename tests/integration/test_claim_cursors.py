@@ -10,10 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from supervisor import NewJob, complete, enqueue_many
 from supervisor.child.cursors import HEAD_AT_MOST, ClaimCursors
 from supervisor.child.weights import TenantRotation
+from supervisor.queue.claim_builder import FLAT
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import claim, claim_params
 from supervisor.queue.queries import query
@@ -139,26 +141,34 @@ def test_cursors_follow_each_tenant_and_rotation_still_shares(
     assert [j.tenant for _ in range(4) for j in child.claim(1)] == [None, "a", "b2", "c"]
 
 
-def _entries_read(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
-    """Entries of the claim index one claim reads (live or not), run and rolled back."""
+def _entries_read(
+    conn: psycopg.Connection[Any], params: dict[str, Any], variant: str = "claim"
+) -> int:
+    """Entries of the claim indexes one claim reads (live or not), run and rolled back: the
+    walk's jobs_claim_tenant, the flat claim's jobs_claim."""
 
     def read() -> int:
         conn.execute("SELECT pg_stat_force_next_flush()")
         row = conn.execute(
-            "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_claim_tenant'"
+            "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes "
+            "WHERE indexrelname IN ('jobs_claim_tenant', 'jobs_claim')"
         ).fetchone()
         return int(row[0])
 
     before = read()
     with conn.transaction(force_rollback=True):
-        conn.execute(query("claim"), params)
+        conn.execute(query(variant), params)
     return read() - before
 
 
-def test_while_the_horizon_is_held_a_claim_past_the_cursor_does_not_grow(dsn: str) -> None:
+@pytest.mark.parametrize("variant", ["claim", FLAT])
+def test_while_the_horizon_is_held_a_claim_past_the_cursor_does_not_grow(
+    dsn: str, variant: str
+) -> None:
     """Every consumed job leaves an entry in the claim index that no one may remove while an
     older snapshot is open; a claim from the head visits all of them, one past the cursor only
-    the few after it, however many were consumed."""
+    the few after it, however many were consumed. The flat claim (flat.sql) too: past the
+    cursor of the jobs without a tenant (issue 36)."""
     with (
         psycopg.connect(dsn, autocommit=True) as conn,
         psycopg.connect(dsn) as reader,
@@ -177,7 +187,10 @@ def test_while_the_horizon_is_held_a_claim_past_the_cursor_does_not_grow(dsn: st
                 "q", worker="w", limit=10, cursors=child.cursors.for_claim(["q"], 0.0)
             )
             head = claim_params("q", worker="w", limit=10)
-            cost[target] = (_entries_read(conn, past), _entries_read(conn, head))
+            cost[target] = (
+                _entries_read(conn, past, variant),
+                _entries_read(conn, head, variant),
+            )
         reader.rollback()
     (past_500, head_500), (past_3000, head_3000) = cost[500], cost[3000]
     assert head_3000 > 3 * head_500, cost  # from the head: grows with what was consumed
@@ -205,3 +218,19 @@ def test_a_prepared_claim_with_cursors_reads_indexes_in_order(
         without_aged(conn.execute(f"EXPLAIN (FORMAT JSON) {query('claim')}", params).fetchone())
     )
     assert "jobs_claim_tenant" in plan
+
+
+def test_a_prepared_flat_claim_past_its_cursor_reads_jobs_claim_in_order(
+    conn: psycopg.Connection[Any],
+) -> None:
+    enqueue_many(conn, [NewJob("k", queue="q", priority=n % 3) for n in range(2000)])
+    conn.execute("VACUUM ANALYZE pgq.jobs")
+    job = claim(conn, "q", worker="w", limit=10)[-1]
+    pool = [f"empty-{n}" for n in range(99)] + ["q"]
+    cursors = [("q", "", job.priority, job.run_at, job.id)]
+    params = claim_params(pool, worker="w", limit=10, lease_seconds=60.0, cursors=cursors)
+    generic = _generic_plan(conn, FLAT, params)
+    assert "Seq Scan" not in generic, generic
+    assert not sorts_run(generic), generic
+    assert "jobs_claim_tenant" not in generic, generic
+    assert "rows=10 " in generic.split("Update on jobs")[1], generic

@@ -3,13 +3,14 @@ claims, and the variants without limits step aside once a limit exists."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from supervisor import NewJob, complete, enqueue_many
-from supervisor.queue.claim_builder import VARIANTS, variant
+from supervisor.queue.claim_builder import FLAT, FLAT_HEAD, VARIANTS, variant
 from supervisor.queue.jobs import Claimed, read_claim, send_claim
 from supervisor.queue.limits import Limits, write_limits
 
@@ -46,7 +47,7 @@ def _claim(conn: psycopg.Connection[Any], name: str, limit: int, **kw: Any) -> C
         )
 
 
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n != "claim"])
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("claim", FLAT, FLAT_HEAD)])
 def test_every_variant_claims_what_the_whole_claim_claims(
     conn: psycopg.Connection[Any], name: str
 ) -> None:
@@ -80,6 +81,66 @@ def test_a_variant_without_limits_claims_nothing_once_a_limit_exists(
     assert len(_claim(conn, "claim", 1).jobs) == 1
 
 
+def _in_claim_order(
+    conn: psycopg.Connection[Any], queues: list[str], past: Any = None
+) -> list[int]:
+    """Every due job of ``queues``, queue by queue, each in the claim order across its tenants
+    (priority, run_at, id); past ``past`` (a cursor's key) in its queue."""
+    ids: list[int] = []
+    for queue in queues:
+        rows = conn.execute(
+            """
+            SELECT id, priority, run_at FROM pgq.jobs
+            WHERE state = 'available' AND queue = %s AND run_at <= now()
+            ORDER BY priority DESC, run_at, id
+            """,
+            (queue,),
+        ).fetchall()
+        if past is not None and past[0] == queue:
+            key = (-past[2], past[3], past[4])
+            rows = [r for r in rows if (-r[1], r[2], r[0]) > key]
+        ids += [r[0] for r in rows]
+    return ids
+
+
+def test_the_flat_claim_takes_the_queues_jobs_in_claim_order_across_tenants(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The claim without the tenant walk (flat.sql) claims each queue's best due jobs whatever
+    their tenants, the pool's queues in order; past the cursor of a queue's jobs without a
+    tenant when the child sends one (a cursor of another tenant changes nothing)."""
+    _backlog(conn)
+    everything = _in_claim_order(conn, ["b", "a", "c"])
+    for limit in (1, 7, 10, 40, 150):
+        for name in (FLAT, FLAT_HEAD):
+            mine = _claim(conn, name, limit)
+            assert sorted(j.id for j in mine.jobs) == sorted(everything[:limit]), (name, limit)
+            assert not mine.limits_found
+    jobs = _claim(conn, "claim", 40).jobs
+    job = next(j for j in jobs[5:] if j.tenant is None)
+    other = next(j for j in jobs if j.tenant is not None)
+    cursor = (job.queue, "", job.priority, job.run_at, job.id)
+    ignored = (other.queue, other.tenant or "", other.priority, other.run_at, other.id)
+    past = _in_claim_order(conn, ["b", "a", "c"], past=cursor)
+    assert len(past) < len(everything)
+    for limit in (1, 10, 40):
+        mine = _claim(conn, FLAT, limit, cursors=sorted([cursor, ignored], key=lambda c: c[1]))
+        assert sorted(j.id for j in mine.jobs) == sorted(past[:limit]), limit
+    # From near the cursor (cursors.py's NEAR: an earlier run_at, id 0): from that key on.
+    near = (job.queue, "", job.priority, job.run_at - timedelta(seconds=2), 0)
+    got = _claim(conn, FLAT, 300, cursors=[near]).jobs
+    assert {j.id for j in got} == set(_in_claim_order(conn, ["b", "a", "c"], past=near))
+
+
+@pytest.mark.parametrize("name", [FLAT, FLAT_HEAD])
+def test_the_flat_claim_skips_a_paused_queue(conn: psycopg.Connection[Any], name: str) -> None:
+    _backlog(conn)
+    conn.execute("INSERT INTO pgq.queue_pauses (queue) VALUES ('b')")
+    got = _claim(conn, name, 10).jobs
+    assert len(got) == 10
+    assert {j.queue for j in got} == {"a"}
+
+
 def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
     assert variant(limits=True, batch=10, aging=True) == "claim"
     assert variant(limits=True, batch=1, aging=True) == "claim_one"
@@ -87,7 +148,13 @@ def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
     assert variant(limits=False, batch=1, aging=True) == "claim_one_unlimited"
     assert variant(limits=True, batch=10, aging=False) == "claim_unaged"
     assert variant(limits=False, batch=1, aging=False) == "claim_one_unlimited_unaged"
-    assert len(VARIANTS) == 8
+    # No tenant seen yet: the flat claim, for any batch, only without limits and aging.
+    assert variant(limits=False, batch=10, aging=False, tenants=False) == FLAT
+    assert variant(limits=False, batch=1, aging=False, tenants=False) == FLAT
+    assert variant(limits=False, batch=10, aging=False, tenants=False, cursors=False) == FLAT_HEAD
+    assert variant(limits=True, batch=10, aging=False, tenants=False) == "claim_unaged"
+    assert variant(limits=False, batch=10, aging=True, tenants=False) == "claim_unlimited"
+    assert len(VARIANTS) == 10
 
 
 def test_a_queue_at_its_limit_keeps_the_first_jobs_the_walk_found(
