@@ -71,6 +71,10 @@ class DemoRun:
             text=True,
             # Its own process group, like a shell job: a Ctrl-C goes to the group.
             start_new_session=True,
+            # As a terminal starts it: Ctrl-C not ignored. Run in the background of a shell
+            # without job control (`cmd &`, nohup), the suite and all it starts inherit an
+            # ignored SIGINT, and Python then leaves it ignored: the demo ran on to the end.
+            preexec_fn=_sigint_default,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -230,3 +234,7 @@ def test_ctrl_c_stops_everything_and_withdraws_the_jobs_left(demo: DemoRun) -> N
     assert waiting == [(0,)]
     assert done == [(total["done"],)]
     assert demo.leftovers(summary["pids"]) == []
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
