@@ -3,7 +3,6 @@ job, and share among tenants from the next claim on (issue 29, item 6)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from supervisor import NewJob, enqueue, enqueue_many
 from supervisor.child import claimer as claimer_module
 from supervisor.queue.claim_builder import FLAT, FLAT_HEAD
+from tests.child_worker import in_process_worker
 
 FLATS = (FLAT, FLAT_HEAD)  # past the cursors, from the head
 
@@ -25,32 +25,7 @@ pools:
 
 
 def _claimer(dsn: str, tmp_path: Path, config: str = CONFIG) -> Any:
-    from supervisor.child.spec import ChildSpec
-    from supervisor.child.worker import Worker
-    from supervisor.config import load_config
-    from supervisor.shared.board import Board
-
-    path = tmp_path / "q.yaml"
-    path.write_text(config)
-    loaded = load_config(path)
-    worker = Worker(
-        ChildSpec(
-            config=loaded,
-            pool=loaded.pools["main"],
-            slot=1,
-            worker_id="w",
-            dsn=dsn,
-            handlers={},
-            kinds=[],
-            board=Board(1),
-            wake_fd=-1,
-            report_fd=-1,
-            master_pid=os.getpid(),
-            max_jobs=None,
-            inherited_fds=[],
-        )
-    )
-    return worker.parts.claimer
+    return in_process_worker(dsn, tmp_path, config).parts.claimer
 
 
 @pytest.fixture

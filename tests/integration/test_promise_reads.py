@@ -3,7 +3,6 @@ shown here failing before their fix."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from supervisor import enqueue
 from supervisor.queue.migrations import available, migrate
+from tests.child_worker import in_process_worker
 
 ONE_CHILD = """
 handlers:
@@ -24,31 +24,7 @@ pools:
 
 
 def _worker(dsn: str, tmp_path: Path) -> Any:
-    from supervisor.child.spec import ChildSpec
-    from supervisor.child.worker import Worker
-    from supervisor.config import load_config
-    from supervisor.shared.board import Board
-
-    path = tmp_path / "q.yaml"
-    path.write_text(ONE_CHILD)
-    config = load_config(path)
-    return Worker(
-        ChildSpec(
-            config=config,
-            pool=config.pools["main"],
-            slot=1,
-            worker_id="w",
-            dsn=dsn,
-            handlers={},
-            kinds=[],
-            board=Board(1),
-            wake_fd=-1,
-            report_fd=-1,
-            master_pid=os.getpid(),
-            max_jobs=None,
-            inherited_fds=[],
-        )
-    )
+    return in_process_worker(dsn, tmp_path, ONE_CHILD)
 
 
 def _settings(conn: psycopg.Connection[Any]) -> tuple[str, str, str]:

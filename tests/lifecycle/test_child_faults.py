@@ -20,6 +20,7 @@ from supervisor import NewJob, enqueue_many
 from supervisor.embedded.server import EmbeddedPostgres, available
 from supervisor.queue.job import Job
 from supervisor.shared.exits import ChildExit
+from tests.child_worker import in_process_worker
 from tests.lifecycle.harness import Supervisor, query, scalar, wait_for
 from tests.lifecycle.own_server import own_server
 from tests.lifecycle.test_faults import POISON_TRIGGER
@@ -387,31 +388,8 @@ def test_an_exception_raised_mid_call_discards_the_childs_connection(
     the child's own connection leaves that connection mid-protocol: it is discarded (and
     reopened later), never used again for the outcome writes or the next claim."""
     from supervisor.child.executor import JobTimeout
-    from supervisor.child.spec import ChildSpec
-    from supervisor.child.worker import Worker
-    from supervisor.config import load_config
-    from supervisor.shared.board import Board
 
-    path = tmp_path / "q.yaml"
-    path.write_text(ONE_CHILD)
-    config = load_config(path)
-    worker = Worker(
-        ChildSpec(
-            config=config,
-            pool=config.pools["main"],
-            slot=1,
-            worker_id="w",
-            dsn=dsn,
-            handlers={},
-            kinds=[],
-            board=Board(1),
-            wake_fd=-1,
-            report_fd=-1,
-            master_pid=os.getpid(),
-            max_jobs=None,
-            inherited_fds=[],
-        )
-    )
+    worker = in_process_worker(dsn, tmp_path, ONE_CHILD)
     session = worker.parts.session
     session.conn = psycopg.connect(dsn, autocommit=True)
     now = datetime.now(timezone.utc)

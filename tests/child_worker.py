@@ -1,0 +1,38 @@
+"""A child's Worker built in the test's own process (no fork, no master): for tests that drive
+one part of a child (its session, its claimer) against a real database."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def in_process_worker(dsn: str, tmp_path: Path, config: str, pool: str = "main") -> Any:
+    """The Worker of slot 1 of ``pool`` in the YAML ``config`` (written under ``tmp_path``),
+    with no handlers, wake-up or report pipe, its master this process."""
+    from supervisor.child.spec import ChildSpec
+    from supervisor.child.worker import Worker
+    from supervisor.config import load_config
+    from supervisor.shared.board import Board
+
+    path = tmp_path / "q.yaml"
+    path.write_text(config)
+    loaded = load_config(path)
+    return Worker(
+        ChildSpec(
+            config=loaded,
+            pool=loaded.pools[pool],
+            slot=1,
+            worker_id="w",
+            dsn=dsn,
+            handlers={},
+            kinds=[],
+            board=Board(1),
+            wake_fd=-1,
+            report_fd=-1,
+            master_pid=os.getpid(),
+            max_jobs=None,
+            inherited_fds=[],
+        )
+    )
