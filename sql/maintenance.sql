@@ -190,14 +190,11 @@ WHERE started_at < %(older_than)s;
 -- How many dead rows pgq.jobs holds (every consumed job leaves one, and its entry at the head
 -- of the claim index, which each claim steps over until VACUUM removes it), and whether this
 -- role may vacuum the table: its owner or a superuser, or on PostgreSQL 17 and later a role
--- granted MAINTAIN (%(maintain)s says whether the server knows that privilege). `changed`: the
--- rows updated and deleted so far, each a dead row (read before and after a vacuum, it tells
--- how many of the dead rows the vacuum removed, whatever arrived meanwhile: services/vacuum.py).
+-- granted MAINTAIN (%(maintain)s says whether the server knows that privilege).
 SELECT coalesce(s.n_dead_tup, 0) AS dead_rows,
        pg_has_role(c.relowner, 'USAGE')
            OR CASE WHEN %(maintain)s THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
-           AS allowed,
-       coalesce(s.n_tup_upd + s.n_tup_del, 0) AS changed
+           AS allowed
 FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = 'pgq.jobs'::regclass;

@@ -23,14 +23,11 @@ A vacuum can only remove the rows no snapshot may still see. While a transaction
 slot or a standby's feedback holds the xmin horizon, every dead row stays, the count stays past
 the threshold, and a vacuum every interval scans a table that only grows (measured at 3,000
 jobs/s: 0.2 s a vacuum a minute into a hold, 0.6 s after six, every 5 s, a growing share of a
-core that the claims needed). So a vacuum that removed less than half of the dead rows it found
-is futile, and the next one waits FUTILE_SHARE times as long as it took (at least an interval,
-at most FUTILE_WAIT_CAP): while the horizon is held, vacuuming takes at most about a tenth of a
-core, and once it moves, the next vacuum comes within that wait (or autovacuum's). What it
-removed is read on its own session as it ends (PostgreSQL 15 and later count a vacuum's dead
-rows in shared memory at once; before, the count may lag and every vacuum counts as useful):
-the dead rows before it, plus those the rows updated and deleted since added, less those left,
-so that rows dying during a long vacuum at a high rate do not make a useful one look futile.
+core that the claims needed). So a vacuum that left most of its dead rows (read on its own
+session as it ends: PostgreSQL 15 and later count them in shared memory at once) is futile, and
+the next one waits FUTILE_SHARE times as long as it took (at least an interval, at most
+FUTILE_WAIT_CAP): while the horizon is held, vacuuming takes at most about a tenth of a core,
+and once it moves, the next vacuum comes within that wait (or autovacuum's).
 """
 
 from __future__ import annotations
@@ -89,7 +86,6 @@ class QueueVacuum(Service, Readable):
         self.fd = -1
         self.started = 0.0
         self.dead_before = 0
-        self.changed_before = 0  # the rows updated and deleted when the last vacuum started
         self.refused = False  # told once that this role may not vacuum the table
         # After a futile vacuum: no vacuum starts before this (time.monotonic()); 0 otherwise.
         self.not_before = 0.0
@@ -111,7 +107,7 @@ class QueueVacuum(Service, Readable):
         row = self.host.db.run("vacuum check", self._check)
         if row is None:
             return 0
-        dead_rows, allowed, maintain, changed = row
+        dead_rows, allowed, maintain = row
         if not allowed:
             if not self.refused:
                 log.warning(
@@ -128,7 +124,6 @@ class QueueVacuum(Service, Readable):
         if time.monotonic() < self.not_before:
             return 0  # the last vacuum could remove nothing: the horizon is held
         self.wanted = dead_rows
-        self.changed_before = changed
         self._start(dead_rows)
         return 1
 
@@ -142,14 +137,11 @@ class QueueVacuum(Service, Readable):
         if self.connecting and self.wanted is not None:
             self._start(self.wanted)
 
-    def _check(self, conn: psycopg.Connection[Any]) -> tuple[int, bool, bool, int]:
-        """Dead rows, whether this role may vacuum, whether the server knows MAINTAIN, and the
-        rows updated and deleted so far."""
+    def _check(self, conn: psycopg.Connection[Any]) -> tuple[int, bool, bool]:
+        """Dead rows, whether this role may vacuum, whether the server knows MAINTAIN."""
         maintain = conn.info.server_version >= MAINTAIN_PRIVILEGE_SINCE
         row = conn.execute(query("vacuum_due"), {"maintain": maintain}).fetchone()
-        if not row:
-            return 0, False, maintain, 0
-        return int(row[0]), bool(row[1]), maintain, int(row[2])
+        return (int(row[0]), bool(row[1]), maintain) if row else (0, False, maintain)
 
     def _start(self, dead_rows: int) -> None:
         conn = self.session.connection()
@@ -194,7 +186,7 @@ class QueueVacuum(Service, Readable):
         if pending is None or not pending.poll():
             return
         took = time.monotonic() - self.started
-        removed = self._removed() if pending.error is None else None
+        left = self._left() if pending.error is None else None
         self._close()
         if pending.error:
             error = scrub(pending.error, self.host.dsn)
@@ -206,39 +198,34 @@ class QueueVacuum(Service, Readable):
             return
         self.host.counters.vacuums += 1
         log.info("vacuum: pgq.jobs vacuumed in %.2fs (%d dead rows before)", took, self.dead_before)
-        self._judge(removed, took)
+        self._judge(left, took)
 
-    def _removed(self) -> int | None:
-        """How many dead rows the vacuum that just ended removed (read on its session before it
-        closes): those before it, plus the rows updated and deleted since, less those left. None
-        where the count may lag (before PostgreSQL 15) or could not be read."""
+    def _left(self) -> int | None:
+        """The dead rows the vacuum just ended left (read on its session before it closes);
+        None where the count may lag (before PostgreSQL 15) or could not be read."""
         conn = self.session.conn
         if conn is None or conn.closed or conn.info.server_version < SHARED_STATS_SINCE:
             return None
         row = self.session.run("vacuum result", self._check)
-        if row is None:
-            return None
-        left, _, _, changed = row
-        return self.dead_before + max(0, changed - self.changed_before) - left
+        return row[0] if row is not None else None
 
-    def _judge(self, removed: int | None, took: float) -> None:
-        """A vacuum that removed less than half of the dead rows it found was futile: the next
-        one waits (see the module's note). One that removed them ends the wait."""
-        if removed is None or removed * 2 >= self.dead_before:
+    def _judge(self, left: int | None, took: float) -> None:
+        """A vacuum that left most of its dead rows (and at least the threshold) was futile: the
+        next one waits (see the module's note). One that removed them ends the wait."""
+        futile = left is not None and left >= max(self.dead_rows, self.dead_before // 2)
+        if not futile:
             if self.not_before:
-                log.info("vacuum: pgq.jobs's dead rows are removable again (%s removed)", removed)
+                log.info("vacuum: pgq.jobs's dead rows are removable again (%s left)", left)
             self.not_before = 0.0
             return
         wait = min(FUTILE_WAIT_CAP, max(self.interval, FUTILE_SHARE * took))
         if not self.not_before:
             log.info(
                 "vacuum: pgq.jobs kept %d of its %d dead rows: a transaction, a replication "
-                "slot or a standby's feedback holds the xmin horizon (doctor names it); from "
-                "now on, each such vacuum is followed by the next only after %.0f times its "
-                "duration (%.0fs now)",
-                self.dead_before - max(0, removed),
+                "slot or a standby's feedback holds the xmin horizon (doctor names it); "
+                "vacuums wait %.0fs after each such one from now on",
+                left,
                 self.dead_before,
-                FUTILE_SHARE,
                 wait,
             )
         self.not_before = time.monotonic() + wait
