@@ -18,16 +18,6 @@ several supervisors on one database, a vacuum starts at most once per interval a
 advisory lock while the vacuum runs, and closing it (or its death) releases the lock. Behind a
 transaction pooler no session lock can be held, and VACUUM (SKIP_LOCKED) itself skips a table
 another vacuum is working on.
-
-A vacuum can only remove the rows no snapshot may still see. While a transaction, a replication
-slot or a standby's feedback holds the xmin horizon, every dead row stays, the count stays past
-the threshold, and a vacuum every interval scans a table that only grows (measured at 3,000
-jobs/s: 0.2 s a vacuum a minute into a hold, 0.6 s after six, every 5 s, a growing share of a
-core that the claims needed). So a vacuum that left most of its dead rows (read on its own
-session as it ends: PostgreSQL 15 and later count them in shared memory at once) is futile, and
-the next one waits FUTILE_SHARE times as long as it took (at least an interval, at most
-FUTILE_WAIT_CAP): while the horizon is held, vacuuming takes at most about a tenth of a core,
-and once it moves, the next vacuum comes within that wait (or autovacuum's).
 """
 
 from __future__ import annotations
@@ -54,12 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgq.master")
 
 MAINTAIN_PRIVILEGE_SINCE = 170000  # PostgreSQL 17 added GRANT MAINTAIN
-SHARED_STATS_SINCE = 150000  # a vacuum's count of what it left is readable as it ends
-# A futile vacuum (see the module's note) is followed by the next after this many times its
-# own duration (so at most about 1 / (1 + FUTILE_SHARE) of the time is spent vacuuming), and
-# within FUTILE_WAIT_CAP seconds at the latest.
-FUTILE_SHARE = 9.0
-FUTILE_WAIT_CAP = 300.0
 
 
 class QueueVacuum(Service, Readable):
@@ -87,8 +71,6 @@ class QueueVacuum(Service, Readable):
         self.started = 0.0
         self.dead_before = 0
         self.refused = False  # told once that this role may not vacuum the table
-        # After a futile vacuum: no vacuum starts before this (time.monotonic()); 0 otherwise.
-        self.not_before = 0.0
         # The dead rows of a check that wants a vacuum while its session's connect is under way
         # (None: no vacuum is waiting for one): the loop advances the connect (``advance``).
         self.wanted: int | None = None
@@ -121,8 +103,6 @@ class QueueVacuum(Service, Readable):
             self.wanted = None
             self.session.close()  # a connect left under way by the last try
             return 0
-        if time.monotonic() < self.not_before:
-            return 0  # the last vacuum could remove nothing: the horizon is held
         self.wanted = dead_rows
         self._start(dead_rows)
         return 1
@@ -186,7 +166,6 @@ class QueueVacuum(Service, Readable):
         if pending is None or not pending.poll():
             return
         took = time.monotonic() - self.started
-        left = self._left() if pending.error is None else None
         self._close()
         if pending.error:
             error = scrub(pending.error, self.host.dsn)
@@ -198,37 +177,6 @@ class QueueVacuum(Service, Readable):
             return
         self.host.counters.vacuums += 1
         log.info("vacuum: pgq.jobs vacuumed in %.2fs (%d dead rows before)", took, self.dead_before)
-        self._judge(left, took)
-
-    def _left(self) -> int | None:
-        """The dead rows the vacuum just ended left (read on its session before it closes);
-        None where the count may lag (before PostgreSQL 15) or could not be read."""
-        conn = self.session.conn
-        if conn is None or conn.closed or conn.info.server_version < SHARED_STATS_SINCE:
-            return None
-        row = self.session.run("vacuum result", self._check)
-        return row[0] if row is not None else None
-
-    def _judge(self, left: int | None, took: float) -> None:
-        """A vacuum that left most of its dead rows (and at least the threshold) was futile: the
-        next one waits (see the module's note). One that removed them ends the wait."""
-        futile = left is not None and left >= max(self.dead_rows, self.dead_before // 2)
-        if not futile:
-            if self.not_before:
-                log.info("vacuum: pgq.jobs's dead rows are removable again (%s left)", left)
-            self.not_before = 0.0
-            return
-        wait = min(FUTILE_WAIT_CAP, max(self.interval, FUTILE_SHARE * took))
-        if not self.not_before:
-            log.info(
-                "vacuum: pgq.jobs kept %d of its %d dead rows: a transaction, a replication "
-                "slot or a standby's feedback holds the xmin horizon (doctor names it); "
-                "vacuums wait %.0fs after each such one from now on",
-                left,
-                self.dead_before,
-                wait,
-            )
-        self.not_before = time.monotonic() + wait
 
     def close(self) -> None:
         """On the way out: stop a vacuum that is still running (it is safe to cut short)."""

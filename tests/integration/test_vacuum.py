@@ -202,35 +202,3 @@ def test_a_vacuum_whose_connect_takes_many_steps_starts_between_checks(
         time.sleep(0.01)
     _wait_done(selector, service.on_readable)
     assert service.host.counters.vacuums == 1
-
-
-def test_a_vacuum_a_held_horizon_made_futile_waits_before_the_next(
-    dsn: str, vacuum: tuple[QueueVacuum, selectors.BaseSelector]
-) -> None:
-    """While a snapshot holds the xmin horizon, a vacuum removes nothing, and one every interval
-    only scanned a table that kept growing: the next waits (FUTILE_SHARE times as long as the
-    futile one took, at least an interval), and once the horizon moves the vacuum removes them
-    and the wait ends."""
-    service, selector = vacuum
-    with psycopg.connect(dsn) as probe:
-        if probe.info.server_version < 150000:
-            pytest.skip("before PostgreSQL 15 a vacuum's count reaches the statistics later")
-    with psycopg.connect(dsn) as holder:
-        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        holder.execute("SELECT 1")  # its snapshot now holds the horizon
-        _dead_rows(dsn, 150)
-        dead = _wait_for_stat(dsn, "n_dead_tup", 100)
-        vacuum_started(service, timeout=15)
-        _wait_done(selector, service.on_readable)
-        assert service.host.counters.vacuums == 1
-        assert _stat(dsn, "n_dead_tup") >= dead  # every dead row kept
-        assert service.not_before >= time.monotonic() + 0.5  # the interval (1 s), at least
-        service.run_once()
-        assert service.pending is None and not service.connecting  # waits, though past due
-    # The horizon moved; past the wait, the next vacuum runs and removes them.
-    time.sleep(max(0.0, service.not_before - time.monotonic()))
-    vacuum_started(service, timeout=15)
-    _wait_done(selector, service.on_readable)
-    assert service.host.counters.vacuums == 2
-    assert _stat(dsn, "n_dead_tup") == 0
-    assert service.not_before == 0.0
