@@ -65,8 +65,10 @@ WHERE id = %(id)s;
 -- A master raises the wake-up flags of the queues in %(queues)s: it has a child asleep for
 -- them. Only a lowered flag is written (a raised one is not even locked, so an enqueue taking
 -- it never skips it because of us); a missing one is added. Returns the queues whose flag went
--- up: the master then wakes a child of each once more, so that a job enqueued while the flag
--- was down, and not notified, is claimed now rather than at the next poll. The flags are hints
+-- up, each with whether a job of it waits (committed while the flag was down, so not
+-- notified): the master wakes a child for it at once, and otherwise watches for a claim of the
+-- queue (supervisor/master/wakeups.py). The probe reads the head of jobs_claim, only when a
+-- flag actually goes up (a child has just gone to sleep or been woken). The flags are hints
 -- (a lost one is written again within a second), so their commit does not wait for the WAL
 -- flush: the master's loop waits on this statement.
 WITH quick AS (
@@ -87,7 +89,8 @@ added AS (
     ON CONFLICT (queue, supervisor_id) DO NOTHING
     RETURNING queue
 )
-SELECT f.queue
+SELECT f.queue,
+       EXISTS (SELECT FROM pgq.jobs AS j WHERE j.queue = f.queue AND j.state = 'available')
 FROM quick
 LEFT JOIN (SELECT queue FROM raised UNION ALL SELECT queue FROM added) AS f ON true;
 

@@ -6,8 +6,12 @@ notified made concurrent producers commit one after another. Instead each master
 queue it serves, a flag that says "a child of mine sleeps until this queue's wake-up". The
 first enqueue of a due job takes the flag down and sends the one NOTIFY; later enqueues find it
 down and send none. The master raises it again when a child goes to sleep after an empty claim
-(the child says so on its report pipe, b"I"), or at once after a wake-up when other children of
-the queue still sleep.
+(the child says so on its report pipe, b"I"), or, when other children of the queue still sleep
+after a wake-up, AFTER_TAKE later: by then the child just woken has claimed and is running the
+job, so the write no longer competes with that claim for the machine (raised at once, it cost
+the idle pickup about 0.25 ms of its 3, issue 29); with a short job the child's own b"I" comes
+first and raises it. A job enqueued meanwhile was not notified: the raise itself looks for a
+waiting job and wakes a child for it at once.
 
 Raising a flag races with an enqueue whose statement read it down just before: that job is
 not notified. Any claim of the queue that begins after the flag is visible finds every job
@@ -67,6 +71,10 @@ REASSERT = 1.0
 # covers the race in the module's note) before it wakes a child for that claim itself: what a
 # job enqueued in the race may wait beyond it.
 RECHECK = 0.05
+# How long after a wake-up took the flag, while other children of the queue still sleep, the
+# master raises it again (unless the woken child's empty claim raised it first): past the woken
+# child's claim, short beside a job that keeps that child busy.
+AFTER_TAKE = 0.005
 
 
 def claims_begun(child: Child) -> int:
@@ -94,6 +102,7 @@ class WakeupFlags:
         self.to_raise: set[str] = set()
         self.next_reassert = 0.0
         self.rechecks: dict[str, Recheck] = {}
+        self.after_take: dict[str, float] = {}  # queue -> when to raise its flag again
 
     @property
     def enabled(self) -> bool:
@@ -143,10 +152,10 @@ class WakeupFlags:
 
     def taken(self, queue: str) -> None:
         """A NOTIFY for ``queue`` came from another session: an enqueue took the flag down
-        (or an operator's verb woke the queue). Raise it again if more children sleep."""
+        (or an operator's verb woke the queue). Raised again AFTER_TAKE later if more children
+        still sleep then."""
         self.up.discard(queue)
-        if self.sleeps(queue):
-            self.to_raise.add(queue)
+        self.after_take.setdefault(queue, time.monotonic() + AFTER_TAKE)
 
     def reassert_soon(self) -> None:
         self.next_reassert = 0.0
@@ -156,9 +165,15 @@ class WakeupFlags:
         that did go up for a claim of its queue (see the module's note on the race)."""
         if not self.enabled or self.master.stopping:
             self.rechecks.clear()
+            self.after_take.clear()
             return
         now = time.monotonic()
         self.recheck(now)
+        for queue, due in list(self.after_take.items()):
+            if now >= due:
+                del self.after_take[queue]
+                if queue not in self.up and self.sleeps(queue):
+                    self.to_raise.add(queue)
         if now >= self.next_reassert:
             self.next_reassert = now + REASSERT
             self.up.clear()
@@ -168,17 +183,24 @@ class WakeupFlags:
         queues = sorted(self.to_raise)
         params = {"supervisor_id": self.master.supervisor_id, "queues": queues}
 
-        def write(conn: Any) -> list[str]:
-            return [q for (q,) in conn.execute(query("want_wakeups"), params) if q is not None]
+        def write(conn: Any) -> list[tuple[str, bool]]:
+            return [(q, w) for (q, w) in conn.execute(query("want_wakeups"), params) if q]
 
         raised = self.master.db.run("wake-up flags", write)
         if raised is None:
             return  # the database is away: kept for the next turn
         self.to_raise.clear()
         self.up.update(queues)
+        for queue in queues:
+            self.after_take.pop(queue, None)
         # Read after the raise committed: a claim begun later sees every job committed before.
         due = time.monotonic() + RECHECK
-        for queue in dict.fromkeys(raised):
+        for queue, waiting in dict(raised).items():
+            if waiting:
+                # Enqueued while the flag was down: its claim, begun now, covers the race too.
+                self.rechecks.pop(queue, None)
+                self.master.wake_queue(queue)
+                continue
             earlier = self.rechecks.get(queue)
             begun = [(c, claims_begun(c)) for c in self.children_of(queue)]
             self.rechecks[queue] = Recheck(min(due, earlier.due) if earlier else due, begun)
@@ -194,8 +216,9 @@ class WakeupFlags:
                 self.master.wake_queue(queue)
 
     def next_due(self) -> float | None:
-        """When the master must look at the watches again, if any is open."""
-        return min((w.due for w in self.rechecks.values()), default=None)
+        """When the master must look at the flags again: a watch, or a raise after a take."""
+        dues = [w.due for w in self.rechecks.values()] + list(self.after_take.values())
+        return min(dues, default=None)
 
     def configure(self) -> None:
         """After a start or a reload: forget the flags of queues no pool serves any more."""
@@ -205,6 +228,7 @@ class WakeupFlags:
         self.up &= set(keep)
         self.to_raise &= set(keep)
         self.rechecks = {q: w for q, w in self.rechecks.items() if q in keep}
+        self.after_take = {q: t for q, t in self.after_take.items() if q in keep}
         params = {"supervisor_id": self.master.supervisor_id, "keep": keep}
         self.master.db.run(
             "wake-up flags", lambda conn: conn.execute(query("forget_wakeups"), params)

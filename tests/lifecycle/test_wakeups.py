@@ -34,6 +34,10 @@ def _started(dsn: str, job_id: int) -> datetime | None:
     return scalar(dsn, "SELECT min(at) FROM test_ledger WHERE job_id = %s", (job_id,))
 
 
+def _state(dsn: str, job_id: int) -> str | None:
+    return scalar(dsn, "SELECT state FROM pgq.jobs WHERE id = %s", (job_id,))
+
+
 def _by_async(dsn: str, many: bool) -> int:
     async def go() -> int:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
@@ -168,4 +172,44 @@ def test_a_job_to_idle_children_costs_one_child_its_claims_not_every_child(
     per_job = (claims() - before) / jobs
     # Before: 3.1-3.6 a job (a second child's empty claim, early claims from the head).
     assert per_job < 2.6, per_job
+    sup.stop()
+
+
+def test_a_job_enqueued_while_the_woken_child_runs_a_long_one_goes_to_the_sleeping_child(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    # The master raises a taken flag again only a little after the wake-up (AFTER_TAKE), so
+    # that the write stays off the woken child's claim. A job enqueued in that gap is not
+    # notified; the raise finds it waiting and wakes the other child at once (batch 10: one job
+    # is not a full batch, so nothing else wakes the sibling). Without that, the job would wait
+    # for the master's once-a-second re-assert: the median over five rounds tells them apart.
+    sup = supervisor((POLL % "30s").replace("batch: 1", "batch: 10")).start()
+    sup.wait_children(2)
+    waits = []
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        for _ in range(5):
+            wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up")
+            long = enqueue(conn, "sleep", {"seconds": 1.5})
+            wait_for(
+                lambda: _state(ledger, long) == "running",  # noqa: B023 (called at once)
+                10,
+                interval=0.001,
+                what="the long job claimed",
+            )
+            short = enqueue(conn, "record")
+            (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+            started = wait_for(
+                lambda: _started(ledger, short),  # noqa: B023
+                10,
+                interval=0.005,
+                what="pickup",
+            )
+            waits.append((started - committed).total_seconds())
+            wait_for(
+                lambda: _state(ledger, long) != "running",  # noqa: B023
+                10,
+                interval=0.01,
+                what="the long job done",
+            )
+    assert sorted(waits)[2] < 0.25, waits
     sup.stop()
