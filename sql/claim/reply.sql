@@ -42,7 +42,16 @@ SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       d.ids, {wait}{limits_value}
+       {completed}, {wait}{limits_value}
+{carried}
+
+-- name: carried
+-- The reply's last row's source in a claim that carries completions: the finished jobs, read
+-- once from `done`, with their side effects (see reply). The claim from the head sent without
+-- completions (claim_flat_head_unlimited_unaged_fresh: an idle child's claim after a wake-up,
+-- its last completions having ridden on the claim that found nothing) has neither this nor
+-- `done` and `recorded`: their nodes cost that claim about 70 us of its 740 on the server, run
+-- or not (scripts/benchmarks/idle_claim_cost.py).
 FROM (
     SELECT array_agg(id) AS ids,
            CASE

@@ -121,7 +121,7 @@ class Claimer:
                 resume=resume,
                 tenant_weights=self.tenants.weights,
                 cursors=cursors,
-                variant=variant,
+                variant=claim_builder.carrying(variant, bool(done)),
                 aging=self.aging,
                 cursor=self.claim_cursor(conn),
             )

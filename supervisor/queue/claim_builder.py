@@ -181,9 +181,13 @@ def _name(limits: bool, second_pass: bool, aging: bool) -> str:
 # past the child's cursors, and from the head (a claim sent without cursors).
 FLAT = "claim_flat_unlimited_unaged"
 FLAT_HEAD = "claim_flat_head_unlimited_unaged"
+# The claim from the head when it carries no completions (an idle child's after a wake-up):
+# without `done`, `recorded` and the reply's side effects (reply.sql, carried).
+FLAT_HEAD_FRESH = "claim_flat_head_unlimited_unaged_fresh"
 
 # The variants, by name: (with limits, with the second pass, with the aged pick, the shape of
-# its next: "walk" the tenant walk, "flat" past the cursors, "head" from the head). Each is a
+# its next: "walk" the tenant walk, "flat" past the cursors, "head" from the head, whether it
+# carries completions). Each is a
 # statement the server plans once per session; the child sends the leanest that is right for
 # its claim (variant). Each step a variant leaves out is one measured to cost
 # every claim that has no use for it: the aged pick's nodes (38 of an empty batch-10 claim's
@@ -191,13 +195,14 @@ FLAT_HEAD = "claim_flat_head_unlimited_unaged"
 # (executor start-up and shutdown walk every node; scripts/benchmarks/idle_claim_cost.py).
 VARIANTS = {
     **{
-        _name(limits, second_pass, aging): (limits, second_pass, aging, "walk")
+        _name(limits, second_pass, aging): (limits, second_pass, aging, "walk", True)
         for aging in (True, False)
         for limits in (True, False)
         for second_pass in (True, False)
     },
-    FLAT: (False, False, False, "flat"),
-    FLAT_HEAD: (False, False, False, "head"),
+    FLAT: (False, False, False, "flat", True),
+    FLAT_HEAD: (False, False, False, "head", True),
+    FLAT_HEAD_FRESH: (False, False, False, "head", False),
 }
 
 
@@ -219,6 +224,12 @@ def variant(
     return _name(limits, batch != 1, aging)
 
 
+def carrying(name: str, done: bool) -> str:
+    """The variant to send for claim ``name`` with (``done``) or without finished jobs to
+    complete in it: the claim from the head has one without completions."""
+    return FLAT_HEAD_FRESH if name == FLAT_HEAD and not done else name
+
+
 @cache
 def statement(name: str = "claim") -> str:
     """The claim variant ``name`` as the server receives it (with ``%(name)s`` placeholders).
@@ -228,15 +239,17 @@ def statement(name: str = "claim") -> str:
     held_back, a tenant's room the batch; it claims nothing once a limit exists and says so
     (``limits_found`` in its last row). ``_unaged``: without the aged pick (no queue of the
     claim ages). ``claim_flat_unlimited_unaged``: both, and without the tenant walk (flat.sql);
-    ``claim_flat_head_unlimited_unaged``: the same from the head, without cursors."""
+    ``claim_flat_head_unlimited_unaged``: the same from the head, without cursors; ``_fresh``:
+    that without completions (``carrying``)."""
     if name not in VARIANTS:
         raise ValueError(f"no claim variant {name!r} (known: {', '.join(VARIANTS)})")
-    limits, second_pass, aging, shape = VARIANTS[name]
-    steps = [
-        ("done", piece("done")),
-        ("recorded", piece("recorded")),
-        ("token", piece("token")),
-    ]
+    limits, second_pass, aging, shape, carries = VARIANTS[name]
+    steps = [("done", piece("done")), ("recorded", piece("recorded"))] if carries else []
+    steps.append(("token", piece("token")))
+    completed = {
+        "completed": "d.ids" if carries else "NULL::bigint[]",
+        "carried": piece("carried") if carries else "",
+    }
     if limits:
         steps.append(("allowance", piece("allowance")))
     if shape == "walk":
@@ -249,7 +262,11 @@ def statement(name: str = "claim") -> str:
     if limits:
         steps.append(("held_back", piece("held_back")))
         reply = piece(
-            "reply", wait="(SELECT wait FROM held_back)", limits_column="", limits_value=""
+            "reply",
+            wait="(SELECT wait FROM held_back)",
+            limits_column="",
+            limits_value="",
+            **completed,
         )
     else:
         reply = piece(
@@ -257,8 +274,9 @@ def statement(name: str = "claim") -> str:
             wait="NULL::float8",
             limits_column=",\nNULL::boolean AS limits_found",
             limits_value=",\n" + piece("limits_found"),
+            **completed,
         )
-    return _cte(steps, reply)
+    return _cte(steps, reply.rstrip())
 
 
 @cache

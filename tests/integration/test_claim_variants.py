@@ -10,8 +10,15 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, complete, enqueue_many
-from supervisor.queue.claim_builder import FLAT, FLAT_HEAD, VARIANTS, variant
-from supervisor.queue.jobs import Claimed, read_claim, send_claim
+from supervisor.queue.claim_builder import (
+    FLAT,
+    FLAT_HEAD,
+    FLAT_HEAD_FRESH,
+    VARIANTS,
+    carrying,
+    variant,
+)
+from supervisor.queue.jobs import Claimed, Fenced, read_claim, send_claim
 from supervisor.queue.limits import Limits, write_limits
 
 
@@ -47,7 +54,9 @@ def _claim(conn: psycopg.Connection[Any], name: str, limit: int, **kw: Any) -> C
         )
 
 
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("claim", FLAT, FLAT_HEAD)])
+@pytest.mark.parametrize(
+    "name", [n for n in VARIANTS if n not in ("claim", FLAT, FLAT_HEAD, FLAT_HEAD_FRESH)]
+)
 def test_every_variant_claims_what_the_whole_claim_claims(
     conn: psycopg.Connection[Any], name: str
 ) -> None:
@@ -112,7 +121,7 @@ def test_the_flat_claim_takes_the_queues_jobs_in_claim_order_across_tenants(
     _backlog(conn)
     everything = _in_claim_order(conn, ["b", "a", "c"])
     for limit in (1, 7, 10, 40, 150):
-        for name in (FLAT, FLAT_HEAD):
+        for name in (FLAT, FLAT_HEAD, FLAT_HEAD_FRESH):
             mine = _claim(conn, name, limit)
             assert sorted(j.id for j in mine.jobs) == sorted(everything[:limit]), (name, limit)
             assert not mine.limits_found
@@ -132,7 +141,7 @@ def test_the_flat_claim_takes_the_queues_jobs_in_claim_order_across_tenants(
     assert {j.id for j in got} == set(_in_claim_order(conn, ["b", "a", "c"], past=near))
 
 
-@pytest.mark.parametrize("name", [FLAT, FLAT_HEAD])
+@pytest.mark.parametrize("name", [FLAT, FLAT_HEAD, FLAT_HEAD_FRESH])
 def test_the_flat_claim_skips_a_paused_queue(conn: psycopg.Connection[Any], name: str) -> None:
     _backlog(conn)
     conn.execute("INSERT INTO pgq.queue_pauses (queue) VALUES ('b')")
@@ -154,7 +163,19 @@ def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
     assert variant(limits=False, batch=10, aging=False, tenants=False, cursors=False) == FLAT_HEAD
     assert variant(limits=True, batch=10, aging=False, tenants=False) == "claim_unaged"
     assert variant(limits=False, batch=10, aging=True, tenants=False) == "claim_unlimited"
-    assert len(VARIANTS) == 10
+    # Sent without completions, the claim from the head leaves their steps out (carrying).
+    assert carrying(FLAT_HEAD, done=False) == FLAT_HEAD_FRESH
+    assert carrying(FLAT_HEAD, done=True) == FLAT_HEAD
+    assert carrying(FLAT, done=False) == FLAT
+    assert len(VARIANTS) == 11
+
+
+def test_the_claim_without_completions_claims_and_says_so(conn: psycopg.Connection[Any]) -> None:
+    """Its reply has the same columns: the jobs, then a last row completing nothing."""
+    _backlog(conn)
+    fresh, head = _claim(conn, FLAT_HEAD_FRESH, 10), _claim(conn, FLAT_HEAD, 10)
+    assert [j.id for j in fresh.jobs] == [j.id for j in head.jobs]
+    assert fresh.completed == Fenced() and fresh.limit_wait is None and not fresh.limits_found
 
 
 def test_a_queue_at_its_limit_keeps_the_first_jobs_the_walk_found(

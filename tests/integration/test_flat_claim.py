@@ -11,10 +11,10 @@ import pytest
 
 from supervisor import NewJob, enqueue, enqueue_many
 from supervisor.child import claimer as claimer_module
-from supervisor.queue.claim_builder import FLAT, FLAT_HEAD
+from supervisor.queue.claim_builder import FLAT, FLAT_HEAD, FLAT_HEAD_FRESH
 from tests.child_worker import in_process_worker
 
-FLATS = (FLAT, FLAT_HEAD)  # past the cursors, from the head
+FLATS = (FLAT, FLAT_HEAD, FLAT_HEAD_FRESH)  # past the cursors, from the head (without completions)
 
 CONFIG = """
 handlers:
@@ -54,6 +54,8 @@ def test_a_child_that_saw_no_tenant_claims_without_the_walk(
         assert [j.id for j in claimer.claim(2)] == [job]
         assert claimer.claim(2) == []
         assert len(variants) == 3 and set(variants) <= set(FLATS)
+        # Idle, with nothing to complete: from the head, without the completions' steps.
+        assert variants[0] == FLAT_HEAD_FRESH
     finally:
         claimer.session.discard()
 
