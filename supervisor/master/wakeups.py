@@ -113,34 +113,31 @@ class WakeupFlags:
     def served(self) -> set[str]:
         return {q for rt in self.master.pools.values() for q in rt.config.queues}
 
-    def children_of(self, queue: str) -> list[Child]:
+    def serving(self, queue: str) -> list[tuple[int, Child]]:
+        """The children of the pools serving ``queue``, each with its pool's threads."""
         return [
-            slot.child
+            (runtime.config.threads, slot.child)
             for runtime in self.master.pools.values()
             if queue in runtime.config.queues
             for slot in runtime.slots
             if slot.child is not None
         ]
 
+    def children_of(self, queue: str) -> list[Child]:
+        return [child for _, child in self.serving(queue)]
+
     def sleeps(self, queue: str) -> bool:
         """Whether a child of a pool serving ``queue`` waits for a wake-up: idle, or threaded
         with a free thread (wake_idle's choices, claiming aside: a claiming child that finds
         nothing says so)."""
-        for runtime in self.master.pools.values():
-            if queue not in runtime.config.queues:
+        for threads, child in self.serving(queue):
+            if child.draining:
                 continue
-            threads = runtime.config.threads
-            for slot in runtime.slots:
-                child = slot.child
-                if child is None or child.draining:
-                    continue
-                state = child.board.state
-                if state == State.IDLE or (
-                    threads > 1
-                    and state == State.RUNNING
-                    and len(child.board.running_jobs()) < threads
-                ):
-                    return True
+            state = child.board.state
+            if state == State.IDLE or (
+                threads > 1 and state == State.RUNNING and len(child.board.running_jobs()) < threads
+            ):
+                return True
         return False
 
     def child_idle(self, pool: str) -> None:
