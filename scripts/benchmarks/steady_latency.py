@@ -12,8 +12,9 @@ threads share the rate, committing out of order). Two phases of
 - ``recovery`` (with --recovery SECONDS): the snapshot released, the rate still offered.
 
 With --slices N the held phase is reported as N consecutive windows too (``held 1/N`` ...), so
-that a cost that grows with the hold's length shows as a trend, with the claim index's size at
-the end of each window.
+that a cost that grows with the hold's length shows as a trend, with the claim indexes' and the
+table's sizes at the end of each window and what a claim from the head costs there (the
+children's statement under EXPLAIN ANALYZE, rolled back: its time and the buffers it touched).
 
 Pickup is a job's wait from its enqueue to its claim: started_at - created_at of its history
 row (both the database's clock, each its transaction's start), for the jobs claimed in the
@@ -45,7 +46,9 @@ import psycopg
 from benchlib.common import default_log_dir, fresh_database
 from benchlib.ours import Supervisor, config_text, wait_idle_children
 
+from supervisor.queue import claim_builder
 from supervisor.queue.enqueue import NewJob, enqueue_many
+from supervisor.queue.jobs import claim_params
 from supervisor.queue.migrations import migrate
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -75,6 +78,24 @@ FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = 'pgq' AND (c.relname = 'jobs' OR c.relname LIKE 'jobs_claim%%')
 ORDER BY c.relname
 """
+
+
+def head_claim(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
+    """What a claim from the head costs now: the children's own statement for it (one job, no
+    completions), run under EXPLAIN ANALYZE in a transaction rolled back, so that it takes
+    nothing; its time and the buffers it touched, which grow with the dead entries it walks."""
+    text, names = claim_builder.native(claim_builder.FLAT_HEAD_FRESH)
+    params = claim_params("default", worker="steady-probe", limit=1)
+    explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text
+    with conn.transaction(force_rollback=True):
+        cursor = psycopg.RawCursor(conn)
+        (plan,) = cursor.execute(explain, [params[name] for name in names]).fetchone()  # type: ignore[misc]
+    top = plan[0]
+    return {
+        "ms": round(float(top["Execution Time"]), 2),
+        "buffers": int(top["Plan"].get("Shared Hit Blocks", 0))
+        + int(top["Plan"].get("Shared Read Blocks", 0)),
+    }
 
 
 def produce(
@@ -130,10 +151,10 @@ def sliced(
     marks = []
     for _ in range(slices):
         time.sleep(seconds / slices)
-        marks.append((sent[0], clock(conn), sizes(conn)))
+        marks.append((sent[0], clock(conn), sizes(conn), head_claim(conn)))
     whole = measure(conn, name, rate, seconds, sent[0] - before, begun, marks[-1][1])
     windows = []
-    for i, (count, ended, size) in enumerate(marks):
+    for i, (count, ended, size, head) in enumerate(marks):
         start_count, start = (before, begun) if i == 0 else marks[i - 1][:2]
         window = measure(
             conn,
@@ -146,6 +167,13 @@ def sliced(
             with_dead=False,
         )
         window["sizes"] = size
+        window["head_claim"] = head
+        print(
+            f"           head claim {head['ms']:.2f} ms, {head['buffers']:,} buffers; "
+            + ", ".join(f"{name} {nbytes / 2**20:.1f} MiB" for name, nbytes in size.items()),
+            file=sys.stderr,
+            flush=True,
+        )
         windows.append(window)
     return [whole, *windows]
 
