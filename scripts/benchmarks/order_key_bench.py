@@ -42,10 +42,10 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchlib.common import fresh_database
+from benchlib.ours import explained_claim
 
 from supervisor import NewJob, enqueue_many, migrate
-from supervisor.queue.jobs import claim, claim_params, complete
-from supervisor.queue.queries import native
+from supervisor.queue.jobs import claim, complete
 
 KEY_COUNTS = (10, 1000, 100_000)
 HELD_KEYS = 1000
@@ -98,20 +98,6 @@ def throughput_lane(dsn: str, jobs: int, keys: int | None, workers: int) -> tupl
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE pgq.jobs")
     return jobs / drain(dsn, workers), enqueued
-
-
-def explained_claim(conn: psycopg.Connection[Any]) -> tuple[float, int]:
-    """The claim of 10 under EXPLAIN (ANALYZE, BUFFERS), rolled back: the server's execution
-    time (ms) and the buffers it touched."""
-    text, names = native("claim")
-    params = claim_params("default", worker="bench:explain", limit=10)
-    with conn.transaction(force_rollback=True):
-        cur = psycopg.RawCursor(conn)
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, [params[n] for n in names])
-        (plan,) = cur.fetchone()  # type: ignore[misc]
-    top = plan[0]
-    buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
-    return float(top["Execution Time"]), int(buffers)
 
 
 def claim_lane(dsn: str, followers: int) -> tuple[float, float, int]:

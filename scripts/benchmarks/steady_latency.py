@@ -44,11 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import psycopg
 from benchlib.common import default_log_dir, fresh_database
-from benchlib.ours import Supervisor, config_text, wait_idle_children
+from benchlib.ours import Supervisor, config_text, explained_claim, wait_idle_children
 
 from supervisor.queue import claim_builder
 from supervisor.queue.enqueue import NewJob, enqueue_many
-from supervisor.queue.jobs import claim_params
 from supervisor.queue.migrations import migrate
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -82,20 +81,12 @@ ORDER BY c.relname
 
 def head_claim(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
     """What a claim from the head costs now: the children's own statement for it (one job, no
-    completions), run under EXPLAIN ANALYZE in a transaction rolled back, so that it takes
-    nothing; its time and the buffers it touched, which grow with the dead entries it walks."""
-    text, names = claim_builder.native(claim_builder.FLAT_HEAD_FRESH)
-    params = claim_params("default", worker="steady-probe", limit=1)
-    explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text
-    with conn.transaction(force_rollback=True):
-        cursor = psycopg.RawCursor(conn)
-        (plan,) = cursor.execute(explain, [params[name] for name in names]).fetchone()  # type: ignore[misc]
-    top = plan[0]
-    return {
-        "ms": round(float(top["Execution Time"]), 2),
-        "buffers": int(top["Plan"].get("Shared Hit Blocks", 0))
-        + int(top["Plan"].get("Shared Read Blocks", 0)),
-    }
+    completions), rolled back; its time and the buffers it touched, which grow with the dead
+    entries it walks."""
+    ms, buffers = explained_claim(
+        conn, variant=claim_builder.FLAT_HEAD_FRESH, limit=1, worker="steady-probe"
+    )
+    return {"ms": round(ms, 2), "buffers": buffers}
 
 
 def produce(

@@ -41,10 +41,10 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchlib.common import fresh_database
+from benchlib.ours import explained_claim
 
 from supervisor import NewJob, Workflow, enqueue_batch, enqueue_many, enqueue_workflow, migrate
-from supervisor.queue.jobs import claim, claim_params, complete
-from supervisor.queue.queries import native
+from supervisor.queue.jobs import claim, complete
 
 
 def graph(n: int, queue: str = "default", root_queue: str | None = None) -> Workflow:
@@ -132,20 +132,6 @@ def fan_in_lane(dsn: str, workers: int, workflow: bool) -> tuple[float, int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         joins = _count(conn, "SELECT count(*) FROM pgq.jobs WHERE queue = 'after'")
     return took, joins
-
-
-def explained_claim(conn: psycopg.Connection[Any]) -> tuple[float, int]:
-    """The claim of 10 under EXPLAIN (ANALYZE, BUFFERS), rolled back: the server's execution
-    time (ms) and the buffers it touched, which do not depend on the machine's load."""
-    text, names = native("claim")
-    params = claim_params("default", worker="bench:explain", limit=10)
-    with conn.transaction(force_rollback=True):
-        cur = psycopg.RawCursor(conn)
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, [params[n] for n in names])
-        (plan,) = cur.fetchone()  # type: ignore[misc]
-    top = plan[0]
-    buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
-    return float(top["Execution Time"]), int(buffers)
 
 
 def claim_lane(dsn: str, waiting: int) -> tuple[float, float, int]:

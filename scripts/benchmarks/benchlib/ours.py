@@ -37,6 +37,8 @@ from benchlib.common import (
     wait_until,
 )
 from supervisor import NewJob, enqueue, enqueue_many, migrate
+from supervisor.queue.jobs import claim_params
+from supervisor.queue.queries import native
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts" / "benchmarks"
@@ -57,6 +59,27 @@ SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))::float8
 FROM pgq.job_history
 WHERE outcome = 'completed'
 """
+
+
+def explained_claim(
+    conn: psycopg.Connection[Any],
+    *,
+    variant: str = "claim",
+    limit: int = 10,
+    worker: str = "bench:explain",
+) -> tuple[float, int]:
+    """A claim of ``limit`` from queue ``default`` (claim variant ``variant``) under EXPLAIN
+    (ANALYZE, BUFFERS), rolled back, so that it takes nothing: the server's execution time (ms)
+    and the buffers it touched, which do not depend on the machine's load."""
+    text, names = native(variant)
+    params = claim_params("default", worker=worker, limit=limit)
+    with conn.transaction(force_rollback=True):
+        cur = psycopg.RawCursor(conn)
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, [params[n] for n in names])
+        (plan,) = cur.fetchone()  # type: ignore[misc]
+    top = plan[0]
+    buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
+    return float(top["Execution Time"]), int(buffers)
 
 
 def config_text(
