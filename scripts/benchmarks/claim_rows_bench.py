@@ -8,7 +8,8 @@ A fresh database holds 100 jobs with small args; each variant reads them (100 ro
 claim's batch of 100) ``fetches`` times in a round, rounds alternating between variants; the
 figure is the median over rounds of this process's CPU time per row inside fetchall(), minus the
 same for a one-column row (the fixed cost of a row). The whole claim row is the claim
-statement's final SELECT list, read from the table.
+statement's final SELECT list, read from the table; the last line is the wall time of one execute
+and fetch of those 100 whole rows (the server's formatting and the round trip included).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from supervisor.queue.loaders import use_fast_json
 COLUMNS = ["args", "run_at", "created_at", "id", "queue", "kind", "priority", "attempts"]
 ROW = (
     "id, queue, kind, args, priority, run_at, attempts, max_attempts, lease_id, "
-    "run_at AS lease_until, created_at, NULL::bigint[] AS completed"
+    "run_at AS lease_until, created_at, batch, traceparent, tenant, NULL::bigint[] AS completed, "
+    "NULL::float8 AS limit_wait"
 )
 
 
@@ -47,6 +49,20 @@ def per_row_us(conn: psycopg.Connection[Any], select: str, binary: bool, fetches
         cur.fetchall()
         spent += time.process_time() - started
     return spent / (fetches * 100) * 1e6
+
+
+def fetch_wall_us(conn: psycopg.Connection[Any], binary: bool, fetches: int) -> float:
+    """Wall time of one execute and fetchall of the 100 whole claim rows: with the server's
+    side (formatting each value as text, or not) and the round trip, which CPU time misses."""
+    cur = conn.cursor(binary=binary)
+    statement = f"SELECT 1, {ROW} FROM pgq.jobs LIMIT 100"
+    cur.execute(statement, prepare=True)
+    cur.fetchall()
+    started = time.perf_counter()
+    for _ in range(fetches):
+        cur.execute(statement, prepare=True)
+        cur.fetchall()
+    return (time.perf_counter() - started) / fetches * 1e6
 
 
 def main() -> int:
@@ -66,6 +82,7 @@ def main() -> int:
     }
     selects = {"(row)": "1", **{c: c for c in COLUMNS}, "whole claim row": ROW}
     samples: dict[str, dict[str, list[float]]] = {}
+    walls: dict[str, list[float]] = {}
     with fresh_database(args.dsn, "claim_rows") as db:
         migrate(db)
         with psycopg.connect(db, autocommit=True) as conn:
@@ -82,6 +99,7 @@ def main() -> int:
                         samples.setdefault(variant, {}).setdefault(name, []).append(
                             per_row_us(conn, select, binary, args.fetches)
                         )
+                    walls.setdefault(variant, []).append(fetch_wall_us(conn, binary, args.fetches))
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for variant, by in samples.items():
         fixed = median(by["(row)"])
@@ -92,6 +110,9 @@ def main() -> int:
     print(f"  {'column':18s}" + "".join(f"{v:>18s}" for v in variants))
     for name in selects:
         print(f"  {name:18s}" + "".join(f"{report[v][name]:>18.2f}" for v in variants))
+    for variant in variants:
+        report[variant]["fetch_wall_us"] = round(median(walls[variant]), 1)
+    print(f"  {'100 rows, wall us':18s}" + "".join(f"{median(walls[v]):>18.1f}" for v in variants))
     print(json.dumps(report, separators=(",", ":")))
     return 0
 
