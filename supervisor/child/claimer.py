@@ -170,7 +170,9 @@ class Claimer:
         self.cursors.observe(
             jobs, now, took, whole=len(jobs) < limit and limit_wait is None and not self.limits
         )
-        self.tenants.advance_all(order, resume, jobs)
+        if self.tenanted:
+            # Untenanted, the claim is the flat one, which takes no resume point.
+            self.tenants.advance_all(order, resume, jobs)
         if not jobs:
             self.board.count(Counter.CLAIMS_EMPTY)
             if limit_wait is not None and limit_wait >= 0:

@@ -10,7 +10,7 @@ caller is told which jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -175,8 +175,10 @@ def claim_params(
     tenant_weights: TenantWeights | None = None,
     cursors: Sequence[Cursor] = (),
     aging: Mapping[str, float] | None = None,
+    only: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """The parameters of the claim statement (sql/claim.sql, ``claim``).
+    """The parameters of the claim statement (sql/claim.sql, ``claim``); with ``only`` (a
+    variant's parameter names, ``claim_builder.native``), those the variant takes.
 
     ``queues`` in the order to try them (one name: that queue alone); ``resume`` the tenant key
     each queue's rotation resumes at (``TenantRotation.resume``; the start when omitted);
@@ -185,31 +187,37 @@ def claim_params(
     every tenant, which finds every due job); ``aging`` maps queue -> seconds a waiting job
     takes to rise a priority level (sql/claim/aging.sql; a queue not named does not age)."""
     names = [queues] if isinstance(queues, str) else list(queues)
-    weights = [
-        (queue, tenant, weight)
-        for queue, tenants in (tenant_weights or {}).items()
-        for tenant, weight in tenants.items()
-    ]
-    return {
-        "done_ids": bigint_array(j.id for j in done),
-        "done_lease_ids": bigint_array(j.lease_id for j in done),
-        "results": results_param(done),
-        "history": history,
+    params: dict[str, Any] = {
         "queues": text_array(names),
-        "resume": text_array(resume if resume is not None else [""] * len(names)),
-        "aging": _aging_array(names, aging),
-        "tenant_queues": text_array(q for q, _, _ in weights),
-        "tenant_names": text_array(t for _, t, _ in weights),
-        "tenant_weights": bigint_array(w for _, _, w in weights),
-        "cursor_queues": text_array(c[0] for c in cursors),
-        "cursor_tenants": text_array(c[1] for c in cursors),
-        "cursor_priorities": bigint_array(c[2] for c in cursors),
-        "cursor_run_ats": timestamp_array(c[3] for c in cursors),
-        "cursor_ids": bigint_array(c[4] for c in cursors),
         "limit": limit,
         "worker": worker,
         "lease_seconds": lease_seconds,
     }
+    # Each group of parameters only when the variant sent takes it (``only``: its names); the
+    # flat claim builds 8 of the 14 (a claim of one job: 6.7 against 8.7 us).
+    if only is None or "done_ids" in only:
+        params["done_ids"] = bigint_array(j.id for j in done)
+        params["done_lease_ids"] = bigint_array(j.lease_id for j in done)
+        params["results"] = results_param(done)
+        params["history"] = history
+    if only is None or "resume" in only:
+        params["resume"] = text_array(resume if resume is not None else [""] * len(names))
+        params["aging"] = _aging_array(names, aging)
+        weights = [
+            (queue, tenant, weight)
+            for queue, tenants in (tenant_weights or {}).items()
+            for tenant, weight in tenants.items()
+        ]
+        params["tenant_queues"] = text_array(q for q, _, _ in weights)
+        params["tenant_names"] = text_array(t for _, t, _ in weights)
+        params["tenant_weights"] = bigint_array(w for _, _, w in weights)
+    if only is None or "cursor_ids" in only:
+        params["cursor_queues"] = text_array(c[0] for c in cursors)
+        params["cursor_tenants"] = text_array(c[1] for c in cursors)
+        params["cursor_priorities"] = bigint_array(c[2] for c in cursors)
+        params["cursor_run_ats"] = timestamp_array(c[3] for c in cursors)
+        params["cursor_ids"] = bigint_array(c[4] for c in cursors)
+    return params
 
 
 def _aging_array(names: Sequence[str], aging: Mapping[str, float] | None) -> str:
@@ -253,6 +261,7 @@ def send_claim(
         tenant_weights=tenant_weights,
         cursors=cursors,
         aging=aging,
+        only=claim_builder.native(variant)[1],
     )
     return execute_claim(conn, params, variant=variant, cursor=cursor)
 
