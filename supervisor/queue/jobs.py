@@ -284,8 +284,8 @@ def execute_claim(
     if cursor is None or cursor.connection is not conn:
         cursor = psycopg.RawCursor(conn)
     # Binary results: the server sends the reply's three timestamps a row as integers instead
-    # of formatting them, and psycopg reads them without parsing (100 claimed rows: 509 against
-    # 550-590 us a fetch, client CPU 430 against 455; scripts/benchmarks/claim_rows_bench.py).
+    # of formatting them, and psycopg reads them without parsing (100 whole claim rows: 432
+    # against 468 us a fetch, wall; scripts/benchmarks/claim_rows_bench.py).
     return cursor.execute(encoded(text), [params[name] for name in names], binary=True)
 
 
