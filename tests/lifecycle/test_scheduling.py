@@ -44,10 +44,12 @@ def _share_of_trickle(dsn: str, pids: set[int] | None, first: int) -> float:
 def test_a_flooded_queue_does_not_starve_a_lighter_one(
     supervisor: Callable[..., Supervisor], ledger: str
 ) -> None:
+    # Enough of both that neither runs dry before the reload takes: the children keep claiming
+    # while the test waits for the log line, and a loaded machine once let 600 more run then.
     _enqueue(
         ledger,
-        [NewJob("record_queue", queue="flood", priority=100) for _ in range(5000)]
-        + [NewJob("record_queue", queue="trickle") for _ in range(200)],
+        [NewJob("record_queue", queue="flood", priority=100) for _ in range(12000)]
+        + [NewJob("record_queue", queue="trickle") for _ in range(1200)],
     )
     sup = supervisor(WEIGHTED % 3).start()
     wait_for(
@@ -72,7 +74,8 @@ def test_a_flooded_queue_does_not_starve_a_lighter_one(
         timeout=60,
         what="300 executions after reload",
     )
-    assert scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE queue = 'trickle'") > 0
+    left = scalar(ledger, "SELECT count(*) FROM pgq.jobs WHERE queue = 'trickle'")
+    assert left > 0, f"the trickle ran dry: {seen} executions before the reload took"
     rows = query(ledger, "SELECT event FROM test_ledger ORDER BY at")
     after = [event for (event,) in rows][seen + 20 : seen + 300]  # past claims in flight
     share = after.count("trickle") / len(after)
