@@ -1,14 +1,5 @@
 -- What attempts cost (issue 34, docs/job-cost.md; table pgq.attempt_costs, migration 0056).
 
--- name: record_costs
--- One row per finished attempt, from the child's round trip that writes the outcomes.
-INSERT INTO pgq.attempt_costs (job_id, attempt, queue, kind, tenant, outcome, cpu_seconds,
-                               peak_memory)
-SELECT *
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(queues)s::text[], %(kinds)s::text[],
-            %(tenants)s::text[], %(outcomes)s::text[], %(cpu)s::float8[],
-            %(memory)s::bigint[]);
-
 -- name: job_costs
 -- Every recorded attempt of job %(id)s, in order.
 SELECT attempt, outcome, cpu_seconds, peak_memory, finished_at

@@ -8,17 +8,22 @@ from pathlib import Path
 from typing import Any
 
 
-def in_process_worker(dsn: str, tmp_path: Path, config: str, pool: str = "main") -> Any:
+def in_process_worker(
+    dsn: str, tmp_path: Path, config: str, pool: str = "main", *, handlers: bool = False
+) -> Any:
     """The Worker of slot 1 of ``pool`` in the YAML ``config`` (written under ``tmp_path``),
-    with no handlers, wake-up or report pipe, its master this process."""
+    with no wake-up or report pipe, its master this process; with ``handlers``, the config's
+    (imported here), else none."""
     from supervisor.child.spec import ChildSpec
     from supervisor.child.worker import Worker
     from supervisor.config import load_config
+    from supervisor.config.handlers import load_handlers
     from supervisor.shared.board import Board
 
     path = tmp_path / "q.yaml"
     path.write_text(config)
     loaded = load_config(path)
+    loaded_handlers = load_handlers(loaded) if handlers else {}
     return Worker(
         ChildSpec(
             config=loaded,
@@ -26,8 +31,8 @@ def in_process_worker(dsn: str, tmp_path: Path, config: str, pool: str = "main")
             slot=1,
             worker_id="w",
             dsn=dsn,
-            handlers={},
-            kinds=[],
+            handlers=loaded_handlers,
+            kinds=sorted(loaded_handlers),
             board=Board(1),
             wake_fd=-1,
             report_fd=-1,
@@ -36,3 +41,19 @@ def in_process_worker(dsn: str, tmp_path: Path, config: str, pool: str = "main")
             inherited_fds=[],
         )
     )
+
+
+def spy_on_claim_variants(monkeypatch: Any) -> list[str]:
+    """The variant of every claim a child's claimer sends from now on, in order (a pytest
+    ``monkeypatch`` undoes the spy)."""
+    from supervisor.child import claimer
+
+    sent: list[str] = []
+    original = claimer.jobs_api.send_claim
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        sent.append(kwargs["variant"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(claimer.jobs_api, "send_claim", spy)
+    return sent

@@ -5,7 +5,7 @@ same round trip (sql/claim.sql; docs/claim-order.md)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -88,6 +88,7 @@ class Claimer:
         self.board.set_state(State.CLAIMING)
         self._reweigh()
         config, worker = self.spec.config, self.spec.worker_id
+        history = config.history.enabled
         now = time.monotonic()
         # Woken for a particular queue: try it first, outside the weighted rotation (an idle
         # child is not taking anyone's share).
@@ -109,7 +110,11 @@ class Claimer:
             cursors=bool(cursors),
         )
 
-        def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
+        def send(
+            conn: psycopg.Connection[Any],
+            done: Sequence[Job],
+            spent: Mapping[str, str] | None = None,
+        ) -> psycopg.Cursor[Any]:
             return jobs_api.send_claim(
                 conn,
                 order,
@@ -117,13 +122,14 @@ class Claimer:
                 limit=limit,
                 lease_seconds=config.lease.duration,
                 done=done,
-                history=config.history.enabled,
+                history=history,
                 resume=resume,
                 tenant_weights=self.tenants.weights,
                 cursors=cursors,
-                variant=claim_builder.carrying(variant, bool(done)),
+                variant=claim_builder.carrying(variant, bool(done), history),
                 aging=self.aging,
                 cursor=self.claim_cursor(conn),
+                spent=spent,
             )
 
         self.token_due = None

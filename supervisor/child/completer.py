@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -31,9 +31,11 @@ log = logging.getLogger("pgq.worker")
 # much finished work, which at-least-once delivery allows.
 FLUSH_AFTER = 0.25
 
-# Sends a claim statement that also completes the finished jobs it is given (read with
-# jobs_api.read_claim).
-ClaimSender = Callable[[psycopg.Connection[Any], Sequence[Job]], psycopg.Cursor[Any]]
+# Sends a claim statement that also completes the finished jobs it is given, and records what
+# the attempts written with it cost (costs.columns; None: none), read with jobs_api.read_claim.
+ClaimSender = Callable[
+    [psycopg.Connection[Any], Sequence[Job], Mapping[str, str] | None], psycopg.Cursor[Any]
+]
 
 
 class Completer:
@@ -170,22 +172,28 @@ class Completer:
         send: ClaimSender | None = claim
         if send is None and done:
 
-            def send(conn: psycopg.Connection[Any], done: Sequence[Job]) -> psycopg.Cursor[Any]:
-                return jobs_api.send_complete(conn, done, history=history)
+            def send(
+                conn: psycopg.Connection[Any],
+                done: Sequence[Job],
+                spent: Mapping[str, str] | None,
+            ) -> psycopg.Cursor[Any]:
+                return jobs_api.send_complete(conn, done, history=history, spent=spent)
 
         spent = self._attempts(done, self.settled)
+        # The costs ride in the claim statement; without one (only settlements to write), in a
+        # statement of their own beside the settle.
+        carried = costs.columns(spent) if spent and send is not None else None
         try:
             settled = claimed = None
-            if self.settled or spent:
-                # One round trip still: the costs and the settle travel with the claim.
+            if self.settled:
+                # One round trip still: the settle travels with the claim.
                 with conn.pipeline():
-                    if spent:
+                    if spent and send is None:
                         costs.record(conn, spent)
-                    if self.settled:
-                        settled = jobs_api.send_settle(conn, self.settled, history=history)
-                    claimed = send(conn, done) if send is not None else None
+                    settled = jobs_api.send_settle(conn, self.settled, history=history)
+                    claimed = send(conn, done, carried) if send is not None else None
             elif send is not None:
-                claimed = send(conn, done)
+                claimed = send(conn, done, carried)
             result = jobs_api.read_claim(claimed, done) if claimed is not None else None
         except STATEMENT_CUT:
             # A row lock (or the statement timeout) cut the round trip short: each outcome is
@@ -266,7 +274,7 @@ class Completer:
     def _claim_only(self, conn: psycopg.Connection[Any], claim: ClaimSender | None) -> list[Job]:
         if claim is None:
             return []
-        claimed = jobs_api.read_claim(claim(conn, ()))
+        claimed = jobs_api.read_claim(claim(conn, (), None))
         self.limit_wait = claimed.limit_wait
         self.limits_found = claimed.limits_found
         return claimed.jobs

@@ -4,7 +4,8 @@ A worker's round trip is one statement (one transaction, one commit): delete the
 finished since its last claim, then claim the next batch across its pool's queues. Its steps,
 each a named piece in a file of sql/claim/ (docs/claim-order.md says what each costs):
 
-  completions.sql  done, recorded        the finished jobs carried, deleted and recorded
+  completions.sql  done, recorded, spent the finished jobs carried, deleted and recorded, and
+                                        what their attempts cost
   token.sql        token                 one fencing token for the batch
   allowances.sql   allowance, ...        what the queues' limits allow, the caps, held_back
   walk.sql         walk, probe, cursor   the tenants visited, one index probe each
@@ -184,25 +185,34 @@ FLAT_HEAD = "claim_flat_head_unlimited_unaged"
 # The claim from the head when it carries no completions (an idle child's after a wake-up):
 # without `done`, `recorded` and the reply's side effects (reply.sql, carried).
 FLAT_HEAD_FRESH = "claim_flat_head_unlimited_unaged_fresh"
+# A carrying variant of a child that keeps no history: without `recorded` and `spent`
+# (completions.sql), whose nodes cost each of its claims about 8 us of the server's time run or
+# not; the variants with them carry the attempts' costs in the claim instead of a statement
+# beside it (55 us of the child's CPU a job at batch 1).
+UNRECORDED = "_unrecorded"
 
 # The variants, by name: (with limits, with the second pass, with the aged pick, the shape of
 # its next: "walk" the tenant walk, "flat" past the cursors, "head" from the head, whether it
-# carries completions). Each is a
+# carries completions, whether it records history and costs). Each is a
 # statement the server plans once per session; the child sends the leanest that is right for
 # its claim (variant). Each step a variant leaves out is one measured to cost
 # every claim that has no use for it: the aged pick's nodes (38 of an empty batch-10 claim's
 # 118) took 0.2 of its 0.48 ms on the server, though behind a one-time filter they never run
 # (executor start-up and shutdown walk every node; scripts/benchmarks/idle_claim_cost.py).
-VARIANTS = {
+_CARRYING = {
     **{
-        _name(limits, second_pass, aging): (limits, second_pass, aging, "walk", True)
+        _name(limits, second_pass, aging): (limits, second_pass, aging, "walk")
         for aging in (True, False)
         for limits in (True, False)
         for second_pass in (True, False)
     },
-    FLAT: (False, False, False, "flat", True),
-    FLAT_HEAD: (False, False, False, "head", True),
-    FLAT_HEAD_FRESH: (False, False, False, "head", False),
+    FLAT: (False, False, False, "flat"),
+    FLAT_HEAD: (False, False, False, "head"),
+}
+VARIANTS = {
+    **{name: (*shape, True, True) for name, shape in _CARRYING.items()},
+    **{name + UNRECORDED: (*shape, True, False) for name, shape in _CARRYING.items()},
+    FLAT_HEAD_FRESH: (False, False, False, "head", False, False),
 }
 
 
@@ -224,10 +234,13 @@ def variant(
     return _name(limits, batch != 1, aging)
 
 
-def carrying(name: str, done: bool) -> str:
+def carrying(name: str, done: bool, history: bool = True) -> str:
     """The variant to send for claim ``name`` with (``done``) or without finished jobs to
-    complete in it: the claim from the head has one without completions."""
-    return FLAT_HEAD_FRESH if name == FLAT_HEAD and not done else name
+    complete in it, by a child that keeps ``history`` or not: the claim from the head has one
+    without completions, and each carrying claim one without history (UNRECORDED)."""
+    if name == FLAT_HEAD and not done:
+        return FLAT_HEAD_FRESH
+    return name if history else name + UNRECORDED
 
 
 @cache
@@ -240,11 +253,14 @@ def statement(name: str = "claim") -> str:
     (``limits_found`` in its last row). ``_unaged``: without the aged pick (no queue of the
     claim ages). ``claim_flat_unlimited_unaged``: both, and without the tenant walk (flat.sql);
     ``claim_flat_head_unlimited_unaged``: the same from the head, without cursors; ``_fresh``:
-    that without completions (``carrying``)."""
+    that without completions (``carrying``); ``_unrecorded``: without the history's steps (a
+    child that keeps no history)."""
     if name not in VARIANTS:
         raise ValueError(f"no claim variant {name!r} (known: {', '.join(VARIANTS)})")
-    limits, second_pass, aging, shape, carries = VARIANTS[name]
-    steps = [("done", piece("done")), ("recorded", piece("recorded"))] if carries else []
+    limits, second_pass, aging, shape, carries, recorded = VARIANTS[name]
+    steps = [("done", piece("done"))] if carries else []
+    if recorded:
+        steps += [("recorded", piece("recorded")), ("spent", piece("spent"))]
     steps.append(("token", piece("token")))
     completed = {
         "completed": "d.ids" if carries else "NULL::bigint[]",

@@ -15,7 +15,7 @@ import contextlib
 import os
 import resource
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -23,7 +23,13 @@ from typing import Any
 
 import psycopg
 
-from supervisor.queue.jobs import bigint_array, nullable_text_array, text_array
+from supervisor.queue import claim_builder
+from supervisor.queue.literals import (
+    bigint_array,
+    nullable_int_array,
+    nullable_text_array,
+    text_array,
+)
 from supervisor.queue.sql_files import native_text, parse, sql_text
 
 _STATUS = "/proc/self/status"
@@ -177,35 +183,43 @@ class Attempt:
     cost: Cost
 
 
-def record(conn: psycopg.Connection[Any], attempts: Sequence[Attempt]) -> None:
-    """Insert the attempts' costs (in a pipeline: sent, read with the round trip's Sync).
+def columns(attempts: Sequence[Attempt]) -> dict[str, str]:
+    """The attempts' costs as the eight ``cost_*`` parameters of sql/claim/completions.sql's
+    ``spent``: the claim carries them with the outcomes (``jobs.claim_params``).
 
-    The columns go as PostgreSQL array literals on a RawCursor with the statement's own ``$n``
-    placeholders: psycopg's list dumpers inspected every element of eight lists at every batch,
-    and its ``%(name)s`` conversion ran at every call (about 25 us a job's attempt at batch 100,
-    more than the rest of writing the batch)."""
-    text, names = _record_statement()
-    columns = {
-        "ids": bigint_array(a.job_id for a in attempts),
-        "attempts": bigint_array(a.attempt for a in attempts),
-        "queues": text_array(a.queue for a in attempts),
-        "kinds": text_array(a.kind for a in attempts),
-        "tenants": nullable_text_array(a.tenant for a in attempts),
-        "outcomes": text_array(a.outcome for a in attempts),
-        "cpu": "{" + ",".join(repr(a.cost.cpu_seconds) for a in attempts) + "}",
-        "memory": _nullable_array(a.cost.peak_memory for a in attempts),
+    Array literals sent as text with the statement's own ``$n`` placeholders: psycopg's list
+    dumpers inspected every element of eight lists at every batch, and its ``%(name)s``
+    conversion ran at every call (about 25 us a job's attempt at batch 100, more than the rest
+    of writing the batch)."""
+    return {
+        "cost_ids": bigint_array(a.job_id for a in attempts),
+        "cost_attempts": bigint_array(a.attempt for a in attempts),
+        "cost_queues": text_array(a.queue for a in attempts),
+        "cost_kinds": text_array(a.kind for a in attempts),
+        "cost_tenants": nullable_text_array(a.tenant for a in attempts),
+        "cost_outcomes": text_array(a.outcome for a in attempts),
+        "cost_cpu": "{" + ",".join(repr(a.cost.cpu_seconds) for a in attempts) + "}",
+        "cost_memory": nullable_int_array(a.cost.peak_memory for a in attempts),
     }
-    psycopg.RawCursor(conn).execute(text, [columns[name] for name in names])
+
+
+# The claim's cost parameters when it carries no attempt's cost.
+NO_COSTS: dict[str, str] = columns(())
+
+
+def record(conn: psycopg.Connection[Any], attempts: Sequence[Attempt]) -> None:
+    """Insert the attempts' costs in a statement of their own (``spent`` alone): for outcomes
+    written without a claim statement to carry them (a child flushing only retries and
+    failures, pipelined with their settle)."""
+    text, names = _record_statement()
+    params = columns(attempts)
+    psycopg.RawCursor(conn).execute(text, [params[name] for name in names])
 
 
 @cache
 def _record_statement() -> tuple[bytes, tuple[str, ...]]:
-    text, names = native_text(cost_query("record_costs"))
+    text, names = native_text(claim_builder.piece("spent"))
     return text.encode("utf-8"), names
-
-
-def _nullable_array(values: Iterable[int | None]) -> str:
-    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 
 from supervisor.queue import claim_builder
+from supervisor.queue.costs import NO_COSTS
 from supervisor.queue.job import Job
+from supervisor.queue.literals import bigint_array, text_array, timestamp_array
 from supervisor.queue.outcomes import Settlement
 from supervisor.queue.queries import query
 
@@ -98,38 +100,6 @@ def use_generic_plans(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET jit = off")
 
 
-def bigint_array(values: Iterable[int]) -> str:
-    """An array of integers as PostgreSQL's array literal, for a parameter the statement casts
-    to bigint[]. Sent as text: psycopg would otherwise inspect the list's elements to choose an
-    array dumper at every claim (15 us against 4 us for two arrays of ten)."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def text_array(values: Iterable[str]) -> str:
-    """Strings as PostgreSQL's array literal (every element quoted), sent as text for the same
-    reason as ``bigint_array``: the claim's lists of queues, tenants and cursors, dumped as
-    lists, cost it about 100 us of psycopg's time at every claim. Each element's quoting is
-    remembered: the claim of a pool of a thousand queues sends their names, and their resume
-    points, at every claim (4.5 ms of quoting a claim)."""
-    return "{" + ",".join(map(_quoted, values)) + "}"
-
-
-def nullable_text_array(values: Iterable[str | None]) -> str:
-    """``text_array`` for strings some of which are None (NULL elements)."""
-    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
-
-
-@lru_cache(maxsize=8192)
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def timestamp_array(values: Iterable[datetime]) -> str:
-    """Timestamps as an array literal: ISO 8601 needs no escaping, and the cursors' differ at
-    every claim, so text_array's remembered quoting would only churn its cache."""
-    return "{" + ",".join(v.isoformat() for v in values) + "}"
-
-
 # The most JSON of kept results one statement carries (its %(results)s parameter). The claim
 # casts it to one jsonb array, and jsonb refuses an array past 256 MiB of elements; past 1 GiB
 # the server refuses the message itself and ends the session, and the child, taking that for an
@@ -176,6 +146,7 @@ def claim_params(
     cursors: Sequence[Cursor] = (),
     aging: Mapping[str, float] | None = None,
     only: Collection[str] | None = None,
+    spent: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The parameters of the claim statement (sql/claim.sql, ``claim``); with ``only`` (a
     variant's parameter names, ``claim_builder.native``), those the variant takes.
@@ -185,7 +156,9 @@ def claim_params(
     ``tenant_weights`` maps queue -> tenant -> weight for tenants that are not weight 1;
     ``cursors`` where the claim starts inside tenants (``ClaimCursors``; none: from the start of
     every tenant, which finds every due job); ``aging`` maps queue -> seconds a waiting job
-    takes to rise a priority level (sql/claim/aging.sql; a queue not named does not age)."""
+    takes to rise a priority level (sql/claim/aging.sql; a queue not named does not age);
+    ``spent`` what the attempts written with it cost (``costs.columns``; none without
+    history)."""
     names = [queues] if isinstance(queues, str) else list(queues)
     params: dict[str, Any] = {
         "queues": text_array(names),
@@ -200,6 +173,8 @@ def claim_params(
         params["done_lease_ids"] = bigint_array(j.lease_id for j in done)
         params["results"] = results_param(done)
         params["history"] = history
+    if only is None or "cost_ids" in only:
+        params.update(spent or NO_COSTS)
     if only is None or "resume" in only:
         params["resume"] = text_array(resume if resume is not None else [""] * len(names))
         params["aging"] = _aging_array(names, aging)
@@ -241,6 +216,7 @@ def send_claim(
     variant: str = "claim",
     aging: Mapping[str, float] | None = None,
     cursor: psycopg.RawCursor[Any] | None = None,
+    spent: Mapping[str, str] | None = None,
 ) -> psycopg.Cursor[Any]:
     """Send the claim and return its cursor without reading it (read it with ``read_claim``;
     ``cursor``: the cursor to send it on, see ``execute_claim``).
@@ -262,6 +238,7 @@ def send_claim(
         cursors=cursors,
         aging=aging,
         only=claim_builder.native(variant)[1],
+        spent=spent,
     )
     return execute_claim(conn, params, variant=variant, cursor=cursor)
 
@@ -406,10 +383,15 @@ def _split(jobs: Sequence[Job], kept_ids: Iterable[int]) -> Fenced:
 
 
 def send_complete(
-    conn: psycopg.Connection[Any], jobs: Sequence[Job], *, history: bool = False
+    conn: psycopg.Connection[Any],
+    jobs: Sequence[Job],
+    *,
+    history: bool = False,
+    spent: Mapping[str, str] | None = None,
 ) -> psycopg.Cursor[Any]:
-    """Send the completion of ``jobs`` alone: the claim statement, claiming nothing."""
-    return send_claim(conn, (), worker="", limit=0, done=jobs, history=history)
+    """Send the completion of ``jobs`` alone (with what attempts ``spent``, see claim_params):
+    the claim statement, claiming nothing."""
+    return send_claim(conn, (), worker="", limit=0, done=jobs, history=history, spent=spent)
 
 
 def send_settle(

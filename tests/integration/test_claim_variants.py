@@ -14,6 +14,7 @@ from supervisor.queue.claim_builder import (
     FLAT,
     FLAT_HEAD,
     FLAT_HEAD_FRESH,
+    UNRECORDED,
     VARIANTS,
     carrying,
     variant,
@@ -54,9 +55,11 @@ def _claim(conn: psycopg.Connection[Any], name: str, limit: int, **kw: Any) -> C
         )
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in VARIANTS if n not in ("claim", FLAT, FLAT_HEAD, FLAT_HEAD_FRESH)]
-)
+# The variants that walk the tenants (the flat ones claim in the global order instead).
+WALKING = [n for n, v in VARIANTS.items() if v[3] == "walk"]
+
+
+@pytest.mark.parametrize("name", [n for n in WALKING if n != "claim"])
 def test_every_variant_claims_what_the_whole_claim_claims(
     conn: psycopg.Connection[Any], name: str
 ) -> None:
@@ -167,7 +170,11 @@ def test_the_child_chooses_the_leanest_variant_that_is_right() -> None:
     assert carrying(FLAT_HEAD, done=False) == FLAT_HEAD_FRESH
     assert carrying(FLAT_HEAD, done=True) == FLAT_HEAD
     assert carrying(FLAT, done=False) == FLAT
-    assert len(VARIANTS) == 11
+    # A child without history sends each carrying claim without the history's steps.
+    assert carrying(FLAT, done=True, history=False) == FLAT + UNRECORDED
+    assert carrying("claim_one", done=False, history=False) == "claim_one" + UNRECORDED
+    assert carrying(FLAT_HEAD, done=False, history=False) == FLAT_HEAD_FRESH
+    assert len(VARIANTS) == 21
 
 
 def test_the_claim_without_completions_claims_and_says_so(conn: psycopg.Connection[Any]) -> None:

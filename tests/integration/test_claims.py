@@ -11,7 +11,7 @@ import pytest
 
 from supervisor import NewJob, claim, complete, enqueue, enqueue_many, settle
 from supervisor.queue import outcomes
-from supervisor.queue.claim_builder import FLAT, FLAT_HEAD, FLAT_HEAD_FRESH, VARIANTS
+from supervisor.queue.claim_builder import VARIANTS
 from supervisor.queue.jobs import (
     LeaseLost,
     claim_params,
@@ -308,7 +308,7 @@ def test_claim_plan_uses_the_partial_index_without_sorting(
     pool = [f"empty-{n}" for n in range(99)] + ["pdf"]
     params = claim_params(pool, worker="w", limit=10, lease_seconds=60.0)
     plan = _plan(conn, query(variant), params)
-    if variant in (FLAT, FLAT_HEAD, FLAT_HEAD_FRESH):
+    if VARIANTS[variant][3] != "walk":  # a flat claim (flat.sql), with no tenant walk
         assert '"Index Name": "jobs_claim"' in plan
         assert '"Index Name": "jobs_claim_tenant"' not in plan
     else:
@@ -318,7 +318,7 @@ def test_claim_plan_uses_the_partial_index_without_sorting(
     if "_one" in variant:
         return
     jobs = read_claim(send_claim(conn, pool, worker="w", limit=10, variant=variant)).jobs
-    if variant in (FLAT, FLAT_HEAD, FLAT_HEAD_FRESH):
+    if VARIANTS[variant][3] != "walk":  # a flat claim (flat.sql), with no tenant walk
         # The queue's ten best by the claim order, whatever their tenants.
         best = conn.execute(
             """

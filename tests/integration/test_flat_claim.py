@@ -10,11 +10,11 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue, enqueue_many
-from supervisor.child import claimer as claimer_module
-from supervisor.queue.claim_builder import FLAT, FLAT_HEAD, FLAT_HEAD_FRESH
-from tests.child_worker import in_process_worker
+from supervisor.queue.claim_builder import FLAT_HEAD_FRESH, UNRECORDED, VARIANTS
+from tests.child_worker import in_process_worker, spy_on_claim_variants
 
-FLATS = (FLAT, FLAT_HEAD, FLAT_HEAD_FRESH)  # past the cursors, from the head (without completions)
+# Past the cursors, from the head (with or without completions, with or without history).
+FLATS = tuple(name for name, v in VARIANTS.items() if v[3] != "walk")
 
 CONFIG = """
 handlers:
@@ -31,15 +31,7 @@ def _claimer(dsn: str, tmp_path: Path, config: str = CONFIG) -> Any:
 @pytest.fixture
 def variants(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The variant of every claim a child sends, in order."""
-    sent: list[str] = []
-    original = claimer_module.jobs_api.send_claim
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        sent.append(kwargs["variant"])
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(claimer_module.jobs_api, "send_claim", spy)
-    return sent
+    return spy_on_claim_variants(monkeypatch)
 
 
 def test_a_child_that_saw_no_tenant_claims_without_the_walk(
@@ -78,7 +70,7 @@ def test_the_first_tenant_job_makes_the_next_claim_share_among_tenants(
         # From here on, the walk: a and b each give their share of the batch.
         shared = claimer.claim(2)
         assert sorted(j.tenant for j in shared) == ["a", "b"]
-        assert variants[-1] == "claim_unlimited_unaged"
+        assert variants[-1] == "claim_unlimited_unaged" + UNRECORDED  # CONFIG keeps no history
         assert {j.id for j in shared} <= set(a[2:]) | set(b)
         assert sorted(j.tenant for j in claimer.claim(2)) == ["a", "b"]
     finally:
@@ -92,6 +84,6 @@ def test_a_pool_with_tenant_weights_walks_from_its_first_claim(
     claimer = _claimer(dsn, tmp_path, weighted)
     try:
         claimer.claim(2)
-        assert variants == ["claim_unlimited_unaged"]
+        assert variants == ["claim_unlimited_unaged" + UNRECORDED]
     finally:
         claimer.session.discard()

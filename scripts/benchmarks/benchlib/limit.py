@@ -129,9 +129,11 @@ def pgbench_script(
     values = claim_values(batch, history=history)
     nothing = claim_values(0, history=history) | {"queues": "'{}'", "resume": "'{}'"}
     # The variant a child sends for this batch on a database without limits, in a pool that
-    # does not age (the child's first claims; claim_builder.variant), so that both sides run
-    # the same statement.
-    statement = query(claim_builder.variant(limits=False, batch=batch, aging=False))
+    # does not age (the child's first claims; claim_builder.variant), carrying completions with
+    # or without the history's steps (claim_builder.carrying), so that both sides run the same
+    # statement.
+    chosen = claim_builder.variant(limits=False, batch=batch, aging=False)
+    statement = query(claim_builder.carrying(chosen, done=True, history=history))
     final = _FINAL_SELECT.search(statement)
     assert final is not None, "the claim statement has no final SELECT"
     folding = statement[: final.start()] + FOLD_CLAIMED.format(quote=quote)
