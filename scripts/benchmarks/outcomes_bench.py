@@ -87,6 +87,8 @@ class Lane:
 
     def step(self, conn: psycopg.Connection[Any]) -> int:
         params = claim_params(self.queue, worker="bench", limit=10, done=self.done)
+        # The claim before issue 23 took its one queue as %(queue)s (now %(queues)s, an array).
+        params["queue"] = self.queue
         started = time.perf_counter()
         jobs = read_claim(conn.execute(self.sql, params), self.done).jobs
         self.latencies.append(time.perf_counter() - started)
