@@ -8,6 +8,7 @@ writes through (the child's session, its board, its pool) and then told of each 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -198,6 +199,7 @@ class Completer:
         except STATEMENT_CUT:
             # A row lock (or the statement timeout) cut the round trip short: each outcome is
             # tried on its own, the one that waits stays here, and the claim goes without it.
+            self._keep(spent)
             self._write_one_by_one(conn)
             return self._claim_only(conn, claim)
         except RECONNECT_ERRORS:
@@ -233,11 +235,17 @@ class Completer:
         refused unstarted), taken out of the shared map; none without history."""
         if not self.costs:
             return []
+        found = [(job, "completed") for job in done]
+        found += [(s.job, s.label) for s in settled]
+        return self._spend(found)
+
+    def _spend(self, found: Sequence[tuple[Job, str]]) -> list[costs.Attempt]:
+        """The costs of these (job, outcome) attempts, taken out of the shared map."""
+        if not self.costs:
+            return []
         if not self.history:
             self.costs.clear()
             return []
-        found = [(job, "completed") for job in done]
-        found += [(s.job, s.label) for s in settled]
         spent = []
         for job, outcome in found:
             cost = self.costs.pop(job.id, None)
@@ -248,6 +256,18 @@ class Completer:
                     )
                 )
         return spent
+
+    def _record_alone(
+        self, conn: psycopg.Connection[Any], job: Job, settlement: outcomes.Settlement | None
+    ) -> None:
+        """The cost of an attempt whose outcome was just written on its own: in a statement of
+        its own beside it (kept in the map, it would stay there for the child's life, since
+        its job is no longer among the outcomes waiting). Its outcome is written whatever
+        happens to it: a failure here loses the cost row, never the outcome."""
+        spent = self._spend([(job, "completed" if settlement is None else settlement.label)])
+        if spent:
+            with contextlib.suppress(psycopg.Error):
+                costs.record(conn, spent)
 
     def _keep(self, spent: list[costs.Attempt]) -> None:
         """Costs not written go back, to travel with the next write of their outcomes."""
@@ -300,6 +320,7 @@ class Completer:
                         written = _tally(board, pool, None, [settlement], result)
                         self._announce([settlement])
                     self._written(written)
+                    self._record_alone(conn, job, settlement)
                 except STATEMENT_CUT as exc:
                     refused.append((job, settlement, exc))  # its row is held: tried again
                 except RECONNECT_ERRORS:

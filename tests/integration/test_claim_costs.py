@@ -19,20 +19,21 @@ handlers:
   noop: tests.handlers:noop
   fail: tests.handlers:fail
 pools:
-  main: {processes: 1, batch: 1, queues: {default: 1}}
+  main: {processes: 1, batch: %d, queues: {default: 1}}
 history: {enabled: %s}
 """
 
 
-def _run(dsn: str, tmp_path: Path, history: bool, rounds: int) -> Any:
-    """A child's inline loop in this process: claim one job, run it, until none is left."""
-    worker = in_process_worker(dsn, tmp_path, CONFIG % str(history).lower(), handlers=True)
+def _run(dsn: str, tmp_path: Path, history: bool, rounds: int, batch: int = 1) -> Any:
+    """A child's inline loop in this process: claim a batch, run it, ``rounds`` times."""
+    config = CONFIG % (batch, str(history).lower())
+    worker = in_process_worker(dsn, tmp_path, config, handlers=True)
     parts = worker.parts
     parts.process.after_fork = lambda: None
     assert parts.session.connect()
     try:
         for _ in range(rounds):
-            jobs = parts.claimer.claim(1)
+            jobs = parts.claimer.claim(batch)
             for job in jobs:
                 parts.completer.add(job, parts.executor.run(job))
         parts.completer.flush()
@@ -86,3 +87,29 @@ def test_a_child_without_history_sends_the_claims_without_its_steps(
     assert conn.execute("SELECT count(*) FROM pgq.attempt_costs").fetchone() == (0,)
     carried = [v for v in sent if VARIANTS[v][4]]
     assert carried and all(v.endswith(UNRECORDED) and not VARIANTS[v][5] for v in carried)
+
+
+def test_an_attempt_written_on_its_own_keeps_its_cost_and_the_child_forgets_it(
+    dsn: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """A batch whose write the database refuses is written job by job (Completer's
+    _write_one_by_one): each outcome written so keeps its cost beside it, and the child's map
+    of costs keeps only the refused job's, for when its outcome is written."""
+    conn.execute(
+        """
+        CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF OLD.args ? 'refuse' THEN RAISE EXCEPTION 'refused by a trigger'; END IF;
+            RETURN OLD;
+        END $$;
+        CREATE TRIGGER refuse BEFORE DELETE ON pgq.jobs
+        FOR EACH ROW EXECUTE FUNCTION public.refuse();
+        """
+    )
+    good, bad = enqueue_many(conn, [NewJob("noop"), NewJob("noop", {"refuse": True})])
+    parts = _run(dsn, tmp_path, history=True, rounds=1, batch=2)
+    assert conn.execute("SELECT job_id, outcome FROM pgq.attempt_costs").fetchall() == [
+        (good, "completed")
+    ]
+    assert list(parts.executor.costs) == [bad]
+    assert [j.id for j in parts.completer.done] == [bad]
