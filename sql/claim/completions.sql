@@ -30,9 +30,9 @@ WHERE %(history)s
 -- docs/job-cost.md), one row per attempt in %(cost_ids)s and its seven parallel arrays (empty
 -- when none ran). Unfenced: an attempt that ran cost what it cost, whoever holds its job now.
 -- Only in the variants that record history (the costs are kept with it). As a statement of its
--- own beside the claim, it put every write of a child keeping history in pipeline mode: about
--- 55 us more of the child's CPU a job at batch 1 (issue 36). Sent alone too, for outcomes
--- written without a claim statement (supervisor.queue.costs.record).
+-- own beside the claim, it put every write of a child keeping history in pipeline mode: the
+-- children's CPU at batch 1 was 339 against 246 us a job (issue 36, child_cpu_ab.py). Sent
+-- alone too, for outcomes written without a claim statement (supervisor.queue.costs.record).
 INSERT INTO pgq.attempt_costs (job_id, attempt, queue, kind, tenant, outcome, cpu_seconds,
                                peak_memory)
 SELECT *
