@@ -9,9 +9,10 @@ writes through (the child's session, its board, its pool) and then told of each 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -233,14 +234,15 @@ class Completer:
     ) -> list[costs.Attempt]:
         """The costs of the attempts being written (those that ran: not a job released or
         refused unstarted), taken out of the shared map; none without history."""
-        if not self.costs:
-            return []
-        found = [(job, "completed") for job in done]
-        found += [(s.job, s.label) for s in settled]
-        return self._spend(found)
+        return self._spend(
+            itertools.chain(
+                ((job, "completed") for job in done), ((s.job, s.label) for s in settled)
+            )
+        )
 
-    def _spend(self, found: Sequence[tuple[Job, str]]) -> list[costs.Attempt]:
-        """The costs of these (job, outcome) attempts, taken out of the shared map."""
+    def _spend(self, found: Iterable[tuple[Job, str]]) -> list[costs.Attempt]:
+        """The costs of these (job, outcome) attempts, taken out of the shared map (``found``
+        is not read when the map is empty)."""
         if not self.costs:
             return []
         if not self.history:
