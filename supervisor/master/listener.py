@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import selectors
 from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
 
 from supervisor.sessions.database import MasterDatabase
 
@@ -35,12 +38,17 @@ class Listener:
             dsn,
             name="listener",
             connect_timeout=connect_timeout,
-            on_connect=lambda conn: conn.execute(
-                f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}"
-            ),
+            on_connect=self._listen,
         )
         self.selector = selector
         self.fd: int | None = None
+        # Notifications psycopg read while the LISTEN ran (a commit between LISTEN's and the
+        # reply): read() returns them first, since ``arrived`` reads only the socket.
+        self.early: list[tuple[str, str, int]] = []
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}; LISTEN {SCHEDULED_CHANNEL}")
+        self.early += [(n.channel, n.payload, n.pid) for n in conn.notifies(timeout=0)]
 
     def refresh(self) -> None:
         """(Re)connect when due, and keep the selector watching the current socket."""
@@ -59,13 +67,15 @@ class Listener:
         """The notifications waiting, leaving out the master's own job NOTIFYs (``own_pid``:
         the stager and the scheduler wake this host's children themselves; theirs are for
         the other hosts)."""
-        notifies = self.session.run("listen", lambda conn: list(conn.notifies(timeout=0)))
+        notifies = self.session.run("listen", arrived) or []
+        if self.early:
+            notifies, self.early = self.early + notifies, []
         heard = Heard()
-        for n in notifies or []:
-            if n.channel == SCHEDULED_CHANNEL:
+        for channel, payload, pid in notifies:
+            if channel == SCHEDULED_CHANNEL:
                 heard.scheduled = True
-            elif n.pid != own_pid:
-                heard.queues.append(n.payload)
+            elif pid != own_pid:
+                heard.queues.append(payload)
         heard.queues = list(dict.fromkeys(heard.queues))
         return heard
 
@@ -74,3 +84,20 @@ class Listener:
 
     def close(self) -> None:
         self.session.close()
+
+
+def arrived(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int]]:
+    """The notifications that have reached the socket (channel, payload, sender's pid), read
+    through libpq without waiting: the loop calls this only once the socket is readable.
+    psycopg's ``notifies(timeout=0)`` made the same read through its generator and a wait with
+    a timeout, about 100 us of the master's time between a job's NOTIFY arriving and the
+    wake-up of its child (the idle pickup, issue 29). The listener runs no statement after its
+    LISTEN (the notifications psycopg read during that are Listener.early); a broken connection
+    raises psycopg.OperationalError here, and the session is opened again."""
+    pgconn = conn.pgconn
+    pgconn.consume_input()
+    encoding = conn.info.encoding
+    found = []
+    while (n := pgconn.notifies()) is not None:
+        found.append((n.relname.decode(encoding), n.extra.decode(encoding), n.be_pid))
+    return found

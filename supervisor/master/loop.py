@@ -261,6 +261,11 @@ class Master(Slots, Reaping, Stopping):
             self.db.run("history partitions", ensure_history_partitions)
 
     def handle_signals(self) -> None:
+        if self.woken and all(key.data != "signals" for key, _ in self.woken):
+            # Woken by something else (a child, the listener): the signal pipe is empty, and
+            # reading it raised BlockingIOError, about 40 us of the master's time before every
+            # job's wake-up (issue 29). A signal arriving meanwhile wakes the next wait at once.
+            return
         try:
             received = os.read(self._signal_r, 4096)
         except BlockingIOError:
