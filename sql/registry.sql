@@ -62,37 +62,11 @@ DELETE FROM pgq.supervisors
 WHERE id = %(id)s;
 
 -- name: want_wakeups
--- A master raises the wake-up flags of the queues in %(queues)s: it has a child asleep for
--- them. Only a lowered flag is written (a raised one is not even locked, so an enqueue taking
--- it never skips it because of us); a missing one is added. Returns the queues whose flag went
--- up, each with whether a job of it waits (committed while the flag was down, so not
--- notified): the master wakes a child for it at once, and otherwise watches for a claim of the
--- queue (supervisor/master/wakeups.py). The probe reads the head of jobs_claim, only when a
--- flag actually goes up (a child has just gone to sleep or been woken). The flags are hints
--- (a lost one is written again within a second), so their commit does not wait for the WAL
--- flush: the master's loop waits on this statement.
-WITH quick AS (
-    SELECT set_config('synchronous_commit', 'off', true)
-),
-raised AS (
-    UPDATE pgq.queue_wakeups
-    SET wanted = true
-    WHERE supervisor_id = %(supervisor_id)s
-      AND queue = ANY(%(queues)s::text[])
-      AND NOT wanted
-    RETURNING queue
-),
-added AS (
-    INSERT INTO pgq.queue_wakeups (queue, supervisor_id)
-    SELECT q, %(supervisor_id)s
-    FROM unnest(%(queues)s::text[]) AS q
-    ON CONFLICT (queue, supervisor_id) DO NOTHING
-    RETURNING queue
-)
-SELECT f.queue,
-       EXISTS (SELECT FROM pgq.jobs AS j WHERE j.queue = f.queue AND j.state = 'available')
-FROM quick
-LEFT JOIN (SELECT queue FROM raised UNION ALL SELECT queue FROM added) AS f ON true;
+-- A master raises the wake-up flags of the queues in %(queues)s (pgq.want_wakeups, a function
+-- so that its plans are made once a session: sql/functions/want_wakeups.sql). Returns the
+-- queues whose flag went up, each with whether a job of it waits.
+SELECT queue, waiting
+FROM pgq.want_wakeups(%(supervisor_id)s, %(queues)s::text[]);
 
 -- name: forget_wakeups
 -- A master's flags for queues it no longer serves (after a reload), or all of them (null).

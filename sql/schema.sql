@@ -563,6 +563,7 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/tenant_spend.sql
 \ir functions/tenant_wait.sql
 \ir functions/wakes_stagers.sql
+\ir functions/want_wakeups.sql
 \ir functions/workflow_cancel.sql
 \ir functions/workflow_ended.sql
 \ir functions/workflow_parents.sql

@@ -131,3 +131,54 @@ def test_a_flag_held_by_an_open_transaction_is_skipped_not_waited_for(dsn: str, 
         assert _raised(listener, "q") == ["host-a"]
         enqueue_by(second, dsn, "q")
         assert _heard(listener, expect=1) == ["q"]
+
+
+def _want(conn: psycopg.Connection[Any], *queues: str) -> list[tuple[str, bool]]:
+    rows = conn.execute(
+        "SELECT queue, waiting FROM pgq.want_wakeups(%s, %s::text[]) ORDER BY 1",
+        ("host-a", list(queues)),
+    ).fetchall()
+    return [(q, w) for q, w in rows]
+
+
+def test_a_master_raises_only_lowered_flags_and_learns_which_queues_have_waiting_jobs(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # Missing flags are added and reported; raised ones are neither written nor reported.
+    assert _want(conn, "a", "b") == [("a", False), ("b", False)]
+    assert _want(conn, "a", "b") == []
+    assert _raised(conn, "a") == ["host-a"]
+    # An enqueue takes the flag: raising it again reports the job it did not notify for.
+    enqueue(conn, "k", queue="a")
+    assert _raised(conn, "a") == []
+    assert _want(conn, "a", "b") == [("a", True)]
+    # The flags are hints: the raise does not wait for the WAL flush (transaction-local).
+    with conn.transaction():
+        conn.execute("SELECT * FROM pgq.want_wakeups('host-b', ARRAY['a'])")
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+
+
+def test_the_raise_reads_the_claim_index_however_the_table_was_when_it_was_planned(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # Planned once per session (generic), first while pgq.jobs is empty: the probe must still
+    # be an index read, not a sequential scan that a large table would make a master's turn.
+    _want(conn, "a")
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET auto_explain.log_level = notice")
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute(
+        "INSERT INTO pgq.jobs (kind, args, queue)"
+        " SELECT 'k', '{}', 'a' FROM generate_series(1, 2000)"
+    )
+    conn.execute("ANALYZE pgq.jobs")
+    conn.execute("UPDATE pgq.queue_wakeups SET wanted = false")
+    assert _want(conn, "a") == [("a", True)]
+    # auto_explain logged the function's statement (nested), with its probe of pgq.jobs.
+    assert any("queue_wakeups" in n for n in notices), notices
+    assert not any("Seq Scan on jobs" in n for n in notices), notices
+    assert any("Index" in n and "on jobs" in n for n in notices), notices
