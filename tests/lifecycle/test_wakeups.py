@@ -213,3 +213,42 @@ def test_a_job_enqueued_while_the_woken_child_runs_a_long_one_goes_to_the_sleepi
             )
     assert sorted(waits)[2] < 0.25, waits
     sup.stop()
+
+
+def _listener_pid(dsn: str) -> int | None:
+    return scalar(
+        dsn,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgq-supervisor listener'"
+        " AND datname = current_database()",
+    )
+
+
+def test_a_listener_whose_session_the_server_ended_listens_again_and_wakes_children(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    # The master reads its notifications straight from libpq (master/listener.py, arrived):
+    # a session ended under it must be noticed there, opened again, and heard from at once.
+    sup = supervisor(POLL % "30s").start()
+    sup.wait_children(2)
+    first = wait_for(lambda: _listener_pid(ledger), 15, what="the listener's session")
+    with psycopg.connect(ledger, autocommit=True) as conn:
+        wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up")
+        conn.execute("SELECT pg_terminate_backend(%s)", (first,))
+        again = wait_for(
+            lambda: (pid := _listener_pid(ledger)) not in (None, first) and pid,
+            30,
+            interval=0.05,
+            what="the listener's new session",
+        )
+        latencies = []
+        for _ in range(3):
+            wait_for(lambda: _flag_up(ledger), 15, interval=0.01, what="flag up again")
+            job_id = enqueue(conn, "record")
+            (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
+            started = wait_for(lambda j=job_id: _started(ledger, j), 10, interval=0.005)
+            latencies.append((started - committed).total_seconds())
+        assert _listener_pid(ledger) == again  # the new session was not lost in turn
+    # The poll is 15-30 s away and the master writes its flags again each second (which would
+    # find the job waiting): pickups in milliseconds are the NOTIFY heard on the new session.
+    assert max(latencies) < 0.5, latencies
+    sup.stop()
