@@ -188,13 +188,42 @@ WHERE started_at < %(older_than)s;
 
 -- name: vacuum_due
 -- How many dead rows pgq.jobs holds (every consumed job leaves one, and its entry at the head
--- of the claim index, which each claim steps over until VACUUM removes it), and whether this
--- role may vacuum the table: its owner or a superuser, or on PostgreSQL 17 and later a role
--- granted MAINTAIN (%(maintain)s says whether the server knows that privilege).
+-- of the claim index, which each claim steps over until VACUUM removes it), whether this role
+-- may vacuum the table (its owner or a superuser, or on PostgreSQL 17 and later a role granted
+-- MAINTAIN: %(maintain)s says whether the server knows that privilege), and the xmin horizon:
+-- the oldest transaction id that keeps this database's dead rows (a snapshot's xmin, a running
+-- transaction's id, a replication slot's xmin, a prepared transaction), as text, or null when
+-- nothing holds one. While it stays the same, a VACUUM can remove nothing that the last one
+-- left: every transaction older than it had ended when the last one ran. Left out as the
+-- doctor's horizon check leaves them out (sql/doctor.sql): this session, autovacuum workers and
+-- a plain VACUUM, whose xmin PostgreSQL does not let hold the horizon. Walsenders (no database)
+-- count: a standby's hot_standby_feedback holds it through theirs.
 SELECT coalesce(s.n_dead_tup, 0) AS dead_rows,
        pg_has_role(c.relowner, 'USAGE')
            OR CASE WHEN %(maintain)s THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
-           AS allowed
+           AS allowed,
+       (SELECT h.xid::text
+        FROM (
+            SELECT x.xid
+            FROM pg_stat_activity AS a
+            CROSS JOIN LATERAL (VALUES (a.backend_xmin), (a.backend_xid)) AS x(xid)
+            WHERE (a.datname = current_database() OR a.datid IS NULL)
+              AND a.pid <> pg_backend_pid()
+              AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+              -- A session of another role shows its xmin, but no state or query (without
+              -- pg_read_all_stats): it counts.
+              AND NOT coalesce(a.state = 'active'
+                               AND a.query ~* '^\s*vacuum\M'
+                               AND a.query !~* '^\s*vacuum\s*(\(.*full|full)', false)
+            UNION ALL
+            SELECT r.xmin FROM pg_replication_slots AS r
+            UNION ALL
+            SELECT p.transaction FROM pg_prepared_xacts AS p
+            WHERE p.database = current_database()
+        ) AS h
+        WHERE h.xid IS NOT NULL
+        ORDER BY age(h.xid) DESC
+        LIMIT 1) AS horizon
 FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = 'pgq.jobs'::regclass;
