@@ -66,7 +66,7 @@ FROM (
 """
 
 DEAD = """
-SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables
+SELECT n_dead_tup, n_live_tup, vacuum_count FROM pg_stat_user_tables
 WHERE schemaname = 'pgq' AND relname = 'jobs'
 """
 
@@ -184,10 +184,10 @@ def measure(
     with_dead: bool = True,
 ) -> dict[str, Any]:
     count, p50, p99, peak = conn.execute(PICKUP, {"begun": begun, "ended": ended}).fetchone()  # type: ignore[misc]
-    dead = live = None
+    dead = live = vacuums = None
     if with_dead:
         time.sleep(1.2)  # the backends' statistics reach pg_stat_user_tables within a second
-        dead, live = conn.execute(DEAD).fetchone() or (None, None)  # type: ignore[misc]
+        dead, live, vacuums = conn.execute(DEAD).fetchone() or (None, None, None)  # type: ignore[misc]
     result = {
         "phase": name,
         "rate": rate,
@@ -199,11 +199,15 @@ def measure(
         "pickup_max_ms": round(float(peak or 0.0), 2),
         "dead_tuples": dead,
         "live_tuples": live,
+        # VACUUMs of pgq.jobs since the database was made (the vacuum service's and
+        # autovacuum's are counted apart: autovacuum_count), at the phase's end.
+        "vacuums": vacuums,
     }
     print(
         f"  {rate:>6,}/s {name:6s} claimed {result['claimed_per_s']:>6,}/s  pickup p50 "
         f"{result['pickup_p50_ms']:8.2f} ms  p99 {result['pickup_p99_ms']:8.2f}  max "
-        f"{result['pickup_max_ms']:8.2f}  dead tuples {dead if dead is None else f'{dead:,}'}",
+        f"{result['pickup_max_ms']:8.2f}  dead tuples {dead if dead is None else f'{dead:,}'}"
+        + ("" if vacuums is None else f"  vacuums so far {vacuums}"),
         file=sys.stderr,
         flush=True,
     )
