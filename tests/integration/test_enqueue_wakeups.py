@@ -152,7 +152,9 @@ def test_a_master_raises_only_lowered_flags_and_learns_which_queues_have_waiting
     enqueue(conn, "k", queue="a")
     assert _raised(conn, "a") == []
     assert _want(conn, "a", "b") == [("a", True)]
-    # The flags are hints: the raise does not wait for the WAL flush (transaction-local).
+    # The flags are hints: the raise does not wait for the WAL flush (transaction-local). Set
+    # on first: a test server may run with it off (the embedded one does).
+    conn.execute("SET synchronous_commit = on")
     with conn.transaction():
         conn.execute("SELECT * FROM pgq.want_wakeups('host-b', ARRAY['a'])")
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
