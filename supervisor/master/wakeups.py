@@ -181,7 +181,7 @@ class WakeupFlags:
         params = {"supervisor_id": self.master.supervisor_id, "queues": queues}
 
         def write(conn: Any) -> list[tuple[str, bool]]:
-            return [(q, w) for (q, w) in conn.execute(query("want_wakeups"), params)]
+            return conn.execute(query("want_wakeups"), params).fetchall()
 
         raised = self.master.db.run("wake-up flags", write)
         if raised is None:
