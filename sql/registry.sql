@@ -64,8 +64,8 @@ WHERE id = %(id)s;
 -- name: want_wakeups
 -- A master raises the wake-up flags of the queues in %(queues)s (pgq.want_wakeups, a function
 -- so that its plans are made once a session: sql/functions/want_wakeups.sql). Returns the
--- queues whose flag went up, each with whether a job of it waits.
-SELECT queue, waiting
+-- queues whose flag went up.
+SELECT queue
 FROM pgq.want_wakeups(%(supervisor_id)s, %(queues)s::text[]);
 
 -- name: forget_wakeups

@@ -3,20 +3,26 @@
 --
 -- A master raises the wake-up flags of `queues`: it has a child asleep for them. Only a lowered
 -- flag is written (a raised one is not even locked, so an enqueue taking it never skips it
--- because of us); a missing one is added. Returns the queues whose flag went up, each with
--- whether a job of it waits (committed while the flag was down, so not notified): the master
--- wakes a child for it at once, and otherwise watches for a claim of the queue
--- (supervisor/master/wakeups.py). The probe reads the head of jobs_claim, only when a flag
--- actually goes up (a child has just gone to sleep or been woken). The flags are hints (a lost
--- one is written again within a second), so the commit does not wait for the WAL flush: the
--- master's loop waits on it (transaction-local, so it outlives the call).
+-- because of us); a missing one is added. Returns the queues whose flag went up: the master
+-- watches each for a claim of the queue (supervisor/master/wakeups.py), which finds any job
+-- committed while the flag was down. The flags are hints (a lost one is written again within
+-- a second), so the commit does not wait for the WAL flush: the master's loop waits on it
+-- (transaction-local, so it outlives the call).
+--
+-- It reads no job. `waiting` is always null, kept for the masters of the releases from
+-- 2026-12-03 (they read it as false): it said whether a job of the queue waited, from a probe
+-- of the head of jobs_claim, which while an xmin horizon is held walks every dead entry the
+-- hold keeps there. Made at every raise, on the master's loop, it grew to tens of
+-- milliseconds within minutes of a hold at 3,000 jobs/s, and the wake-ups waited behind it:
+-- pickup p50 5.8, 13.8, 21.6 ms in the hold's first three minutes against 3.0, 3.4, 3.9 ms
+-- without it (scripts/benchmarks/steady_latency.py, issue 36).
 --
 -- A function with its plans fixed for the session: sent as a statement, PostgreSQL planned it
 -- afresh at every raise (its generic plan's estimate looked dearer than the custom ones), 0.48
 -- of its 0.6 ms on the server, a raise for every job an idle child picks up (issue 29). The
--- generic plans are made once, perhaps while pgq.jobs is empty, so sequential and bitmap scans
--- are priced out as in the child's session (supervisor/queue/jobs.py, generic_plans): the
--- probe stays an index read however the table grows.
+-- generic plans are made once, perhaps while the flags table is empty, so sequential and
+-- bitmap scans are priced out as in the child's session (supervisor/queue/jobs.py,
+-- generic_plans).
 
 CREATE OR REPLACE FUNCTION pgq.want_wakeups(supervisor_id text, queues text[])
 RETURNS TABLE (queue text, waiting boolean)
@@ -46,8 +52,7 @@ BEGIN
         ON CONFLICT (queue, supervisor_id) DO NOTHING
         RETURNING w.queue
     )
-    SELECT f.queue,
-           EXISTS (SELECT FROM pgq.jobs AS j WHERE j.queue = f.queue AND j.state = 'available')
+    SELECT f.queue, NULL::boolean
     FROM (SELECT r.queue FROM raised AS r UNION ALL SELECT a.queue FROM added AS a) AS f;
 END;
 $$;

@@ -10,8 +10,7 @@ down and send none. The master raises it again when a child goes to sleep after 
 after a wake-up, AFTER_TAKE later: by then the child just woken has claimed and is running the
 job, so the write no longer competes with that claim for the machine (raised at once, it cost
 the idle pickup about 0.25 ms of its 3, issue 29); with a short job the child's own b"I" comes
-first and raises it. A job enqueued meanwhile was not notified: the raise itself looks for a
-waiting job and wakes a child for it at once.
+first and raises it. A job enqueued meanwhile was not notified: the watch below covers it.
 
 Raising a flag races with an enqueue whose statement read it down just before: that job is
 not notified. Any claim of the queue that begins after the flag is visible finds every job
@@ -20,9 +19,12 @@ of the queue's pools show on their boards when they claim. Usually one comes at 
 just woken finishes its job and claims again, carrying its completion); if none has begun within
 RECHECK, the master wakes a child of the queue itself. (It used to wake one at every raise: with
 two idle children, every job then cost an empty claim of the other, a second claim a job, and
-the idle pickup paid for it.) What is left is a job whose transaction read the flag before it
-went up and committed after that claim began; the child's next claim finds it (it follows the
-next job's wake-up, the end of a running batch, or at the latest the poll interval).
+the idle pickup paid for it. And for a while the raise itself looked for a waiting job: that
+probe of the claim index's head walked every dead entry a held xmin horizon keeps there, on
+this loop, and the wake-ups waited behind it; see sql/functions/want_wakeups.sql.) What is
+left is a job whose transaction read the flag before it went up and committed after that claim
+began; the child's next claim finds it (it follows the next job's wake-up, the end of a running
+batch, or at the latest the poll interval).
 docs/enqueue_wakeups.md states the bound.
 
 The master's belief of which flags are up is refreshed every REASSERT seconds (a NOTIFY lost
@@ -180,8 +182,8 @@ class WakeupFlags:
         queues = sorted(self.to_raise)
         params = {"supervisor_id": self.master.supervisor_id, "queues": queues}
 
-        def write(conn: Any) -> list[tuple[str, bool]]:
-            return conn.execute(query("want_wakeups"), params).fetchall()
+        def write(conn: Any) -> list[str]:
+            return [queue for (queue,) in conn.execute(query("want_wakeups"), params)]
 
         raised = self.master.db.run("wake-up flags", write)
         if raised is None:
@@ -192,12 +194,7 @@ class WakeupFlags:
             self.after_take.pop(queue, None)
         # Read after the raise committed: a claim begun later sees every job committed before.
         due = time.monotonic() + RECHECK
-        for queue, waiting in dict(raised).items():
-            if waiting:
-                # Enqueued while the flag was down: its claim, begun now, covers the race too.
-                self.rechecks.pop(queue, None)
-                self.master.wake_queue(queue)
-                continue
+        for queue in dict.fromkeys(raised):
             earlier = self.rechecks.get(queue)
             begun = [(c, claims_begun(c)) for c in self.children_of(queue)]
             self.rechecks[queue] = Recheck(min(due, earlier.due) if earlier else due, begun)
