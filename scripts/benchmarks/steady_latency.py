@@ -89,6 +89,23 @@ def head_claim(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
     return {"ms": round(ms, 2), "buffers": buffers}
 
 
+# The enqueue's look at the queue's wake-up flag (sql/enqueue.sql), which every enqueue of a due
+# job makes; the flag's row is updated at every take and raise, and a held horizon keeps every
+# version of it, which the look walks.
+FLAG_PROBE = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = 'default' AND f.wanted)
+"""
+
+
+def flag_probe(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
+    """What the enqueue's look at the wake-up flag costs now: time and buffers."""
+    ((plan,),) = conn.execute(FLAG_PROBE).fetchall()
+    top = plan[0]
+    buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
+    return {"ms": round(float(top["Execution Time"]), 3), "buffers": int(buffers)}
+
+
 def produce(
     db: str, rate: float, stop: threading.Event, sent: list[int], lock: threading.Lock
 ) -> None:
@@ -142,10 +159,10 @@ def sliced(
     marks = []
     for _ in range(slices):
         time.sleep(seconds / slices)
-        marks.append((sent[0], clock(conn), sizes(conn), head_claim(conn)))
+        marks.append((sent[0], clock(conn), sizes(conn), head_claim(conn), flag_probe(conn)))
     whole = measure(conn, name, rate, seconds, sent[0] - before, begun, marks[-1][1])
     windows = []
-    for i, (count, ended, size, head) in enumerate(marks):
+    for i, (count, ended, size, head, flag) in enumerate(marks):
         start_count, start = (before, begun) if i == 0 else marks[i - 1][:2]
         window = measure(
             conn,
@@ -159,8 +176,10 @@ def sliced(
         )
         window["sizes"] = size
         window["head_claim"] = head
+        window["flag_probe"] = flag
         print(
             f"           head claim {head['ms']:.2f} ms, {head['buffers']:,} buffers; "
+            f"flag probe {flag['ms']:.3f} ms, {flag['buffers']:,} buffers; "
             + ", ".join(f"{name} {nbytes / 2**20:.1f} MiB" for name, nbytes in size.items()),
             file=sys.stderr,
             flush=True,
