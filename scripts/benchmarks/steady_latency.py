@@ -44,7 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import psycopg
 from benchlib.common import default_log_dir, fresh_database
-from benchlib.ours import Supervisor, config_text, explained_claim, wait_idle_children
+from benchlib.ours import (
+    Supervisor,
+    config_text,
+    explained_claim,
+    plan_cost,
+    wait_idle_children,
+)
 
 from supervisor.queue import claim_builder
 from supervisor.queue.enqueue import NewJob, enqueue_many
@@ -101,9 +107,8 @@ SELECT EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = 'default' AND 
 def flag_probe(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
     """What the enqueue's look at the wake-up flag costs now: time and buffers."""
     ((plan,),) = conn.execute(FLAG_PROBE).fetchall()
-    top = plan[0]
-    buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
-    return {"ms": round(float(top["Execution Time"]), 3), "buffers": int(buffers)}
+    ms, buffers = plan_cost(plan)
+    return {"ms": round(ms, 3), "buffers": buffers}
 
 
 def produce(

@@ -77,6 +77,12 @@ def explained_claim(
         cur = psycopg.RawCursor(conn)
         cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, [params[n] for n in names])
         (plan,) = cur.fetchone()  # type: ignore[misc]
+    return plan_cost(plan)
+
+
+def plan_cost(plan: list[dict[str, Any]]) -> tuple[float, int]:
+    """An EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) result's execution time (ms) and the shared
+    buffers its top node touched (hit or read), which include its children's."""
     top = plan[0]
     buffers = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
     return float(top["Execution Time"]), int(buffers)
