@@ -12,10 +12,11 @@
 -- due later is written 'scheduled', outside the claim index, and wakes the masters' stagers
 -- (pgq_scheduled) when it is due before their next look (pgq.wakes_stagers, 0036: within 10
 -- s; they look once a second anyway); a job due now wakes its queue's workers (pgq_jobs), but
--- only when a master has raised the queue's flag in pgq.queue_wakeups (it has a child asleep
--- for it): an index probe finds whether one is up, and only then pgq.take_wakeups takes every
--- raised flag no other transaction holds and notifies if it took one, so concurrent producers
--- do not each take NOTIFY's database-wide commit lock (migration 0021).
+-- only when a master has raised the queue's flag (it has a child asleep for it): a look at the
+-- queue's newest row in pgq.wakeup_flags finds whether it is up (0071: it reads that row first,
+-- whatever a held horizon keeps), and only then pgq.take_wakeups takes it, unless another
+-- transaction holds it, and notifies if it took it, so concurrent producers do not each take
+-- NOTIFY's database-wide commit lock (migration 0021).
 -- NOTIFY deduplicates identical payloads within a transaction.
 WITH inserted AS (
     INSERT INTO pgq.jobs (queue, kind, args, priority, run_at, state, max_attempts, unique_key,
@@ -48,8 +49,8 @@ SELECT
         WHEN state = 'scheduled'
             THEN CASE WHEN pgq.wakes_stagers(run_at) THEN pg_notify('pgq_scheduled', '') IS NULL
                  END
-        WHEN EXISTS (SELECT FROM pgq.queue_wakeups AS f
-                     WHERE f.queue = inserted.queue AND f.wanted)
+        WHEN (SELECT f.up FROM pgq.wakeup_flags AS f
+              WHERE f.queue = inserted.queue ORDER BY f.seq DESC LIMIT 1)
             THEN pgq.take_wakeups(queue)
     END
 FROM inserted;
@@ -132,7 +133,8 @@ SELECT
     (SELECT count(*) FILTER (WHERE pgq.take_wakeups(q))
      FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS d(q)
      WHERE %(notify)s
-       AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted))
+       AND (SELECT f.up FROM pgq.wakeup_flags AS f
+            WHERE f.queue = d.q ORDER BY f.seq DESC LIMIT 1))
 FROM inserted;
 
 -- name: notify_queues
@@ -193,8 +195,8 @@ SELECT
         WHEN state = 'scheduled'
             THEN CASE WHEN pgq.wakes_stagers(run_at) THEN pg_notify('pgq_scheduled', '') IS NULL
                  END
-        WHEN EXISTS (SELECT FROM pgq.queue_wakeups AS f
-                     WHERE f.queue = upserted.queue AND f.wanted)
+        WHEN (SELECT f.up FROM pgq.wakeup_flags AS f
+              WHERE f.queue = upserted.queue ORDER BY f.seq DESC LIMIT 1)
             THEN pgq.take_wakeups(queue)
     END
 FROM upserted;
@@ -281,7 +283,8 @@ SELECT
     (SELECT count(*) FILTER (WHERE pgq.take_wakeups(q))
      FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS d(q)
      WHERE %(notify)s
-       AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted))
+       AND (SELECT f.up FROM pgq.wakeup_flags AS f
+            WHERE f.queue = d.q ORDER BY f.seq DESC LIMIT 1))
 FROM inserted;
 
 -- name: order_heads

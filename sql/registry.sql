@@ -38,26 +38,14 @@ FROM unnest(
 ) AS w(worker_id, pool, slot, pid, state, job_id, kind, job_started, spawned_at, rss_bytes);
 
 -- name: prune_supervisors
--- Forgets supervisors (and, by cascade, their children) that stopped heartbeating, and their
--- wake-up flags.
-WITH gone AS (
-    DELETE FROM pgq.supervisors
-    WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s::float8)
-    RETURNING id, host, pid
-),
-flags AS (
-    DELETE FROM pgq.queue_wakeups AS w
-    USING gone
-    WHERE w.supervisor_id = gone.id
-)
-SELECT id, host, pid FROM gone;
+-- Forgets supervisors (and, by cascade, their children) that stopped heartbeating. The wake-up
+-- flags are the queues', not theirs (0071): one left up costs a single NOTIFY.
+DELETE FROM pgq.supervisors
+WHERE heartbeat_at < now() - make_interval(secs => %(stale_after)s::float8)
+RETURNING id, host, pid;
 
 -- name: unregister_supervisor
--- A supervisor that stops cleanly removes itself, and its wake-up flags.
-WITH flags AS (
-    DELETE FROM pgq.queue_wakeups
-    WHERE supervisor_id = %(id)s
-)
+-- A supervisor that stops cleanly removes itself.
 DELETE FROM pgq.supervisors
 WHERE id = %(id)s;
 
@@ -67,12 +55,6 @@ WHERE id = %(id)s;
 -- queues whose flag went up.
 SELECT queue
 FROM pgq.want_wakeups(%(supervisor_id)s, %(queues)s::text[]);
-
--- name: forget_wakeups
--- A master's flags for queues it no longer serves (after a reload), or all of them (null).
-DELETE FROM pgq.queue_wakeups
-WHERE supervisor_id = %(supervisor_id)s
-  AND (%(keep)s::text[] IS NULL OR NOT queue = ANY(%(keep)s::text[]));
 
 -- name: list_supervisors
 -- Live supervisors, for status.

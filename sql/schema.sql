@@ -247,13 +247,20 @@ CREATE TABLE pgq.queue_pauses (
     paused_by text DEFAULT CURRENT_USER NOT NULL
 );
 
--- table queue_wakeups
-CREATE TABLE pgq.queue_wakeups (
+-- table wakeup_flags
+CREATE TABLE pgq.wakeup_flags (
     queue text NOT NULL,
-    supervisor_id text NOT NULL,
-    wanted boolean DEFAULT true NOT NULL
-)
-WITH (fillfactor='50');
+    seq bigint NOT NULL,
+    up boolean NOT NULL
+);
+
+-- view queue_wakeups
+CREATE VIEW pgq.queue_wakeups AS
+ SELECT DISTINCT ON (f.queue) f.queue,
+    ''::text AS supervisor_id,
+    f.up AS wanted
+   FROM pgq.wakeup_flags f
+  ORDER BY f.queue, f.seq DESC;
 
 -- table schedule_pauses
 CREATE TABLE pgq.schedule_pauses (
@@ -295,6 +302,16 @@ CREATE TABLE pgq.supervisors (
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     external_kinds text[],
     scaling jsonb
+);
+
+-- sequence wakeup_flags_seq_seq
+ALTER TABLE pgq.wakeup_flags ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgq.wakeup_flags_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 -- table workers
@@ -404,10 +421,6 @@ ALTER TABLE ONLY pgq.queue_limits
 ALTER TABLE ONLY pgq.queue_pauses
     ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
 
--- constraint queue_wakeups queue_wakeups_pkey
-ALTER TABLE ONLY pgq.queue_wakeups
-    ADD CONSTRAINT queue_wakeups_pkey PRIMARY KEY (queue, supervisor_id);
-
 -- constraint schedule_pauses schedule_pauses_pkey
 ALTER TABLE ONLY pgq.schedule_pauses
     ADD CONSTRAINT schedule_pauses_pkey PRIMARY KEY (name);
@@ -427,6 +440,10 @@ ALTER TABLE ONLY pgq.schema_migrations
 -- constraint supervisors supervisors_pkey
 ALTER TABLE ONLY pgq.supervisors
     ADD CONSTRAINT supervisors_pkey PRIMARY KEY (id);
+
+-- constraint wakeup_flags wakeup_flags_pkey
+ALTER TABLE ONLY pgq.wakeup_flags
+    ADD CONSTRAINT wakeup_flags_pkey PRIMARY KEY (queue, seq);
 
 -- constraint workers workers_pkey
 ALTER TABLE ONLY pgq.workers
@@ -527,6 +544,11 @@ ALTER INDEX pgq.job_history_finished ATTACH PARTITION pgq.job_history_default_fi
 
 -- index attach job_history_default_id
 ALTER INDEX pgq.job_history_id ATTACH PARTITION pgq.job_history_default_id;
+
+-- rule queue_wakeups queue_wakeups_kept
+CREATE RULE queue_wakeups_kept AS
+    ON DELETE TO pgq.queue_wakeups DO INSTEAD  DELETE FROM pgq.wakeup_flags
+  WHERE false;
 
 -- fk constraint batch_shards batch_shards_batch_id_fkey
 ALTER TABLE ONLY pgq.batch_shards

@@ -123,7 +123,6 @@ woken AS (
     SELECT count(*) FILTER (WHERE pgq.take_wakeups(q)) AS n
     FROM (SELECT DISTINCT queue FROM jobs WHERE state = 'available') AS d(q)
     WHERE %(notify)s
-      AND EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = d.q AND f.wanted)
 )
 SELECT s.id,
        (SELECT id FROM batch) AS workflow_id,

@@ -186,8 +186,7 @@ BEGIN
             IF pgq.wakes_stagers(now() + debounce) THEN
                 PERFORM pg_notify('pgq_scheduled', '');
             END IF;
-        ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
-                      WHERE f.queue = enqueue.queue AND f.wanted) THEN
+        ELSE
             PERFORM pgq.take_wakeups(enqueue.queue);
         END IF;
         RETURN job_id;
@@ -223,8 +222,7 @@ BEGIN
                 END IF;
             -- A due job wakes its queue only while a master has raised its wake-up flag
             -- (0021_enqueue_wakeups: no NOTIFY, and so no commit lock, in every transaction).
-            ELSIF EXISTS (SELECT FROM pgq.queue_wakeups AS f
-                          WHERE f.queue = enqueue.queue AND f.wanted) THEN
+            ELSE
                 PERFORM pgq.take_wakeups(enqueue.queue);
             END IF;
             RETURN job_id;

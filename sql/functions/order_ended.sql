@@ -86,8 +86,7 @@ BEGIN
     -- As enqueue: a queue is woken when some supervisor asked to be (0021); a follower due
     -- later wakes the stagers when due before their next look (0036).
     PERFORM pgq.take_wakeups(q)
-    FROM unnest(woken) AS q
-    WHERE EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = q AND f.wanted);
+    FROM unnest(woken) AS q;
     IF later THEN
         PERFORM pg_notify('pgq_scheduled', '');
     END IF;

@@ -1,12 +1,17 @@
 -- pgq.take_wakeups: its current definition (applied by migrate after the numbered
 -- migrations, whenever this file changes; see sql/functions/README.md).
--- Last changed by migration 0021 before the functions had files of their own.
 --
--- Takes every raised flag of the queue that no other transaction holds (SKIP LOCKED: never
--- waits) and, when it took one, NOTIFYs pgq_jobs with the queue, delivered at commit. Returns
--- whether it notified. The enqueues call it only after an index probe found a raised flag, so
--- the common case (flags down: children busy, or none listening) costs that probe alone, not an
--- UPDATE. PL/pgSQL, so its plans are kept for the session.
+-- Takes the queue's wake-up flag if it is up and no other transaction holds it (SKIP LOCKED:
+-- never waits), and then NOTIFYs pgq_jobs with the queue, delivered at commit. Returns whether
+-- it notified. The enqueues call it only after their own look found the flag up, so the common
+-- case (the flag down: children busy, or none listening) costs that look alone.
+--
+-- A flag is the newest row of its queue in pgq.wakeup_flags (0071): taking it deletes the
+-- raised row and inserts a lowered one, so the current row stays the last entry of the queue's
+-- range in the primary key, and every look reads it first, whatever a held xmin horizon keeps
+-- behind it. Two enqueues that both saw it up: one locks it, the other skips it; one that locks
+-- it after the first committed finds it deleted. PL/pgSQL, so its plans are kept for the
+-- session.
 
 CREATE OR REPLACE FUNCTION pgq.take_wakeups(queue text)
 RETURNS boolean
@@ -14,19 +19,30 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    current_seq bigint;
+    current_up  boolean;
 BEGIN
-    UPDATE pgq.queue_wakeups AS w
-    SET wanted = false
-    WHERE (w.queue, w.supervisor_id) IN (
-        SELECT f.queue, f.supervisor_id
-        FROM pgq.queue_wakeups AS f
-        WHERE f.queue = take_wakeups.queue
-          AND f.wanted
-        FOR UPDATE SKIP LOCKED
-    );
-    IF FOUND THEN
-        PERFORM pg_notify('pgq_jobs', take_wakeups.queue);
+    SELECT f.seq, f.up INTO current_seq, current_up
+    FROM pgq.wakeup_flags AS f
+    WHERE f.queue = take_wakeups.queue
+    ORDER BY f.seq DESC
+    LIMIT 1;
+    IF NOT coalesce(current_up, false) THEN
+        RETURN false;
     END IF;
-    RETURN FOUND;
+    DELETE FROM pgq.wakeup_flags AS f
+    WHERE f.queue = take_wakeups.queue
+      AND f.seq = (SELECT h.seq
+                   FROM pgq.wakeup_flags AS h
+                   WHERE h.queue = take_wakeups.queue
+                     AND h.seq = current_seq
+                   FOR UPDATE SKIP LOCKED);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO pgq.wakeup_flags (queue, up) VALUES (take_wakeups.queue, false);
+    PERFORM pg_notify('pgq_jobs', take_wakeups.queue);
+    RETURN true;
 END;
 $$;

@@ -177,8 +177,7 @@ BEGIN
             -- As enqueue_many: a queue is woken when some supervisor asked to be (0021); a
             -- step due later wakes the stagers when due before their next look (0036).
             PERFORM pgq.take_wakeups(q)
-            FROM unnest(queues) AS q
-            WHERE EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = q AND f.wanted);
+            FROM unnest(queues) AS q;
             IF later THEN
                 PERFORM pg_notify('pgq_scheduled', '');
             END IF;

@@ -1,11 +1,12 @@
 """The master's wake-up flags: an enqueue NOTIFYs only while some master has a child asleep
-for the queue (pgq.queue_wakeups, sql/migrations/0021_enqueue_wakeups.sql).
+for the queue (pgq.wakeup_flags: sql/migrations/0021_enqueue_wakeups.sql, then 0071).
 
 NOTIFY takes a database-wide lock at commit, so an enqueue per transaction that always
-notified made concurrent producers commit one after another. Instead each master keeps, per
-queue it serves, a flag that says "a child of mine sleeps until this queue's wake-up". The
-first enqueue of a due job takes the flag down and sends the one NOTIFY; later enqueues find it
-down and send none. The master raises it again when a child goes to sleep after an empty claim
+notified made concurrent producers commit one after another. Instead each queue has a flag
+that says "a child of some master sleeps until this queue's wake-up", raised by any master
+serving the queue. The first enqueue of a due job takes the flag down and sends the one NOTIFY,
+which every master hears; later enqueues find it down and send none. A master raises it again
+when a child goes to sleep after an empty claim
 (the child says so on its report pipe, b"I"), or, when other children of the queue still sleep
 after a wake-up, AFTER_TAKE later: by then the child just woken has claimed and is running the
 job, so the write no longer competes with that claim for the machine (raised at once, it cost
@@ -14,7 +15,8 @@ first and raises it. A job enqueued meanwhile was not notified: the watch below 
 
 Raising a flag races with an enqueue whose statement read it down just before: that job is
 not notified. Any claim of the queue that begins after the flag is visible finds every job
-committed before, so whenever a flag actually goes up the master watches for one: the children
+committed before, so whenever a flag actually goes up the master that raised it watches for
+one (a master that found it already up leaves that to the one that raised it): the children
 of the queue's pools show on their boards when they claim. Usually one comes at once (the child
 just woken finishes its job and claims again, carrying its completion); if none has begun within
 RECHECK, the master wakes a child of the queue itself. (It used to wake one at every raise: with
@@ -215,16 +217,14 @@ class WakeupFlags:
         return min(dues, default=None)
 
     def configure(self) -> None:
-        """After a start or a reload: forget the flags of queues no pool serves any more."""
+        """After a start or a reload: forget the flags of queues no pool serves any more. The
+        database's flags are left as they are: a flag is the queue's, perhaps raised for another
+        master's children too, and one left up with nobody asleep costs a single NOTIFY."""
         if not self.enabled:
             return
-        keep = sorted(self.served())
-        self.up &= set(keep)
-        self.to_raise &= set(keep)
+        keep = self.served()
+        self.up &= keep
+        self.to_raise &= keep
         self.rechecks = {q: w for q, w in self.rechecks.items() if q in keep}
         self.after_take = {q: t for q, t in self.after_take.items() if q in keep}
-        params = {"supervisor_id": self.master.supervisor_id, "keep": keep}
-        self.master.db.run(
-            "wake-up flags", lambda conn: conn.execute(query("forget_wakeups"), params)
-        )
         self.reassert_soon()

@@ -157,12 +157,7 @@ def _notifications(listener: psycopg.Connection[Any]) -> list[str]:
 
 def _want(conn: psycopg.Connection[Any], *queues: str) -> None:
     """Raise the wake-up flags of these queues, as a master with idle children does."""
-    for queue in queues:
-        conn.execute(
-            "INSERT INTO pgq.queue_wakeups (queue, supervisor_id) VALUES (%s, 'test') "
-            "ON CONFLICT (queue, supervisor_id) DO UPDATE SET wanted = true",
-            (queue,),
-        )
+    conn.execute("SELECT * FROM pgq.want_wakeups('test', %s::text[])", (list(queues),))
 
 
 def test_notify_once_per_transaction_and_queue_and_never_for_later_jobs(dsn: str) -> None:

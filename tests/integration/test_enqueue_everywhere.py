@@ -100,8 +100,7 @@ def test_async_enqueue_joins_the_callers_transaction_and_notifies_at_commit(dsn:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
             await listener.execute("LISTEN pgq_jobs")
             await listener.execute(  # the wake-up flags of a master with idle children
-                "INSERT INTO pgq.queue_wakeups (queue, supervisor_id) "
-                "VALUES ('default', 'test'), ('q', 'test')"
+                "SELECT * FROM pgq.want_wakeups('test', ARRAY['default', 'q'])"
             )
             async with await psycopg.AsyncConnection.connect(dsn) as aconn:
                 async with aconn.transaction(force_rollback=True):

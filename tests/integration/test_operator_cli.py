@@ -172,9 +172,7 @@ def test_enqueue_writes_the_job_and_says_so(cli: Cli, conn: psycopg.Connection[A
     with psycopg.connect(conn.info.dsn, autocommit=True) as listener:
         listener.execute("LISTEN pgq_jobs")
         # A supervisor with a child asleep for the queue has raised its wake-up flag.
-        listener.execute(
-            "INSERT INTO pgq.queue_wakeups (queue, supervisor_id) VALUES ('pdf', 'test')"
-        )
+        listener.execute("SELECT * FROM pgq.want_wakeups('test', ARRAY['pdf'])")
         result = cli("enqueue", "render_pdf", '{"invoice_id": 42}', "--queue", "pdf")
         assert result.code == 0, result.err
         woken = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]

@@ -26,7 +26,10 @@ pools:
 
 def _flag_up(dsn: str) -> bool:
     return bool(
-        scalar(dsn, "SELECT count(*) FROM pgq.queue_wakeups WHERE queue = 'default' AND wanted")
+        scalar(
+            dsn,
+            "SELECT up FROM pgq.wakeup_flags WHERE queue = 'default' ORDER BY seq DESC LIMIT 1",
+        )
     )
 
 
@@ -130,7 +133,7 @@ def test_a_job_whose_wake_up_was_never_sent_is_claimed_soon_after_the_flag_goes_
     with psycopg.connect(ledger, autocommit=True) as conn:
         # The race the flags leave open: an enqueue that read the flag down as a master raised
         # it. Taken down behind the master's back, and no NOTIFY sent.
-        conn.execute("UPDATE pgq.queue_wakeups SET wanted = false")
+        conn.execute("INSERT INTO pgq.wakeup_flags (queue, up) VALUES ('default', false)")
         job_id = enqueue(conn, "record", notify=False)
         (committed,) = conn.execute("SELECT clock_timestamp()").fetchone()
         started = wait_for(lambda: _started(ledger, job_id), 10, interval=0.01, what="pickup")
