@@ -66,7 +66,9 @@ def _raised(conn: psycopg.Connection[Any], queue: str) -> bool:
 
 
 def _rows(conn: psycopg.Connection[Any], queue: str) -> int:
-    row = conn.execute("SELECT count(*) FROM pgq.wakeup_flags WHERE queue = %s", (queue,)).fetchone()
+    row = conn.execute(
+        "SELECT count(*) FROM pgq.wakeup_flags WHERE queue = %s", (queue,)
+    ).fetchone()
     assert row is not None
     return int(row[0])
 
