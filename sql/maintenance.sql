@@ -231,7 +231,10 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- name: vacuum_jobs
 -- Sent without waiting for it (the master's loop must not block), on a connection of its own.
 -- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.
-VACUUM (SKIP_LOCKED) pgq.jobs;
+-- pgq.wakeup_flags too: every wake-up leaves a dead row there (0071), at most two for each job
+-- consumed, and on a server without autovacuum nothing else would reclaim them; a few pages
+-- beside pgq.jobs.
+VACUUM (SKIP_LOCKED) pgq.jobs, pgq.wakeup_flags;
 
 -- name: purge_results
 -- Deletes up to %(limit)s kept results older than %(older_than)s; run in a loop.

@@ -96,11 +96,12 @@ def head_claim(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
 
 
 # The enqueue's look at the queue's wake-up flag (sql/enqueue.sql), which every enqueue of a due
-# job makes; the flag's row is updated at every take and raise, and a held horizon keeps every
-# version of it, which the look walks.
+# job makes; every take and raise changes the flag, and a held horizon keeps every version. Until
+# migration 0071 the versions were one row's, and the look walked them all; since, each is a row
+# of pgq.wakeup_flags and the look reads the newest first.
 FLAG_PROBE = """
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-SELECT EXISTS (SELECT FROM pgq.queue_wakeups AS f WHERE f.queue = 'default' AND f.wanted)
+SELECT f.up FROM pgq.wakeup_flags AS f WHERE f.queue = 'default' ORDER BY f.seq DESC LIMIT 1
 """
 
 

@@ -86,10 +86,10 @@ def _dead_rows(dsn: str, count: int) -> None:
             conn.execute("SELECT pg_stat_force_next_flush()")  # flushed as the statement ends
 
 
-def _stat(dsn: str, column: str) -> int:
+def _stat(dsn: str, column: str, table: str = "pgq.jobs") -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            f"SELECT {column} FROM pg_stat_user_tables WHERE relid = 'pgq.jobs'::regclass"
+            f"SELECT {column} FROM pg_stat_user_tables WHERE relid = %s::regclass", (table,)
         ).fetchone()
     return int(row[0]) if row else 0
 
@@ -127,6 +127,12 @@ def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
     assert service.pending is None  # one short of the threshold
     service.dead_rows = dead
     before = _stat(dsn, "vacuum_count")
+    # Each wake-up leaves a dead row of pgq.wakeup_flags: the same vacuum reclaims them.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(20):
+            conn.execute("SELECT * FROM pgq.want_wakeups('w', ARRAY['default'])")
+            conn.execute("SELECT pgq.take_wakeups('default')")
+    flags_before = _stat(dsn, "vacuum_count", "pgq.wakeup_flags")
     service.run_once()
     assert service.pending is not None
     _wait_done(selector, service.on_readable)
@@ -135,6 +141,7 @@ def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
     assert shown.value("pgq_vacuums_total") == 1
     assert _stat(dsn, "vacuum_count") == before + 1
     assert _stat(dsn, "n_dead_tup") == 0
+    assert _stat(dsn, "vacuum_count", "pgq.wakeup_flags") == flags_before + 1
 
 
 def test_only_one_supervisor_vacuums_at_a_time(
