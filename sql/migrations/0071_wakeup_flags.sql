@@ -30,6 +30,18 @@ FROM pgq.queue_wakeups
 WHERE wanted
 ORDER BY queue;
 
+-- Every enqueue reads the flags: a role that could use the old table (pgq_worker, through
+-- sql/roles/worker_role.sql) gets the same rights on the new one, and on the view below, at
+-- once, not when someone runs the role script again (granted at the end).
+CREATE TEMPORARY TABLE wakeup_grants ON COMMIT DROP AS
+SELECT a.grantee, string_agg(a.privilege_type, ', ') AS privileges
+FROM pg_class AS c
+CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+WHERE c.oid = 'pgq.queue_wakeups'::regclass
+  AND a.grantee <> c.relowner
+  AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+GROUP BY a.grantee;
+
 -- The producers and masters of releases before this one still name pgq.queue_wakeups until
 -- they are upgraded: their enqueues look there for a raised flag (then call pgq.take_wakeups,
 -- which is this release's), and their masters delete their rows when they stop, reload or prune
@@ -49,3 +61,14 @@ ORDER BY f.queue, f.seq DESC;
 
 CREATE RULE queue_wakeups_kept AS ON DELETE TO pgq.queue_wakeups
 DO INSTEAD DELETE FROM pgq.wakeup_flags WHERE false;
+
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM wakeup_grants LOOP
+        EXECUTE format('GRANT %s ON pgq.wakeup_flags, pgq.queue_wakeups TO %s', g.privileges,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END);
+    END LOOP;
+END
+$$;

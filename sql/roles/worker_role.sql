@@ -27,12 +27,12 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgq TO pgq_worker;
 -- Read-only: the role may see which migrations ran, not record new ones.
 REVOKE INSERT, UPDATE, DELETE ON pgq.schema_migrations FROM pgq_worker;
 REVOKE INSERT, UPDATE, DELETE ON pgq.schema_functions FROM pgq_worker;
--- PostgreSQL 17 and later: MAINTAIN lets the supervisor's vacuum service VACUUM pgq.jobs
--- without owning it (on older servers that is left to autovacuum).
+-- PostgreSQL 17 and later: MAINTAIN lets the supervisor's vacuum service VACUUM pgq.jobs and
+-- pgq.wakeup_flags without owning them (on older servers that is left to autovacuum).
 DO $$
 BEGIN
     IF current_setting('server_version_num')::int >= 170000 THEN
-        EXECUTE 'GRANT MAINTAIN ON pgq.jobs TO pgq_worker';
+        EXECUTE 'GRANT MAINTAIN ON pgq.jobs, pgq.wakeup_flags TO pgq_worker';
     END IF;
 END
 $$;

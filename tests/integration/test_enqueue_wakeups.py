@@ -6,6 +6,7 @@ open transaction holds is skipped, never waited for."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 from supervisor import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
+from supervisor.queue.migrations import available, migrate
 
 
 def _sync(conn: psycopg.Connection[Any], dsn: str, queue: str) -> None:
@@ -265,3 +267,34 @@ def test_the_flags_stay_readable_and_deletable_by_earlier_releases(
     conn.execute("DELETE FROM pgq.queue_wakeups WHERE queue = 'a'")  # nor by queue
     assert _raised(conn, "a")
     assert conn.execute(old_look, ("a",)).fetchone() == (True,)
+
+
+def test_a_role_granted_the_old_flags_gets_the_new_ones_at_the_migration(empty_dsn: str) -> None:
+    # Every enqueue reads the flags: a role set up by sql/roles/worker_role.sql before 0071
+    # must not start failing its enqueues until someone runs the script again.
+    role = f"pgq_flags_{uuid.uuid4().hex[:8]}"
+    migrate(empty_dsn, shipped=[m for m in available() if m.version < 71])
+    with psycopg.connect(empty_dsn, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            owner.execute(f"GRANT USAGE ON SCHEMA pgq TO {role}")
+            owner.execute(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA pgq TO {role}"
+            )
+            owner.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgq TO {role}")
+            owner.execute(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgq TO {role}")
+            migrate(empty_dsn)
+            owner.execute(f"SET ROLE {role}")
+            _want(owner, "a")
+            with psycopg.connect(empty_dsn, autocommit=True) as listener:
+                listener.execute("LISTEN pgq_jobs")
+                enqueue(owner, "k", queue="a")
+                assert _heard(listener, expect=1) == ["a"]
+            # An earlier release's producer and master, as that role.
+            owner.execute("SELECT EXISTS (SELECT FROM pgq.queue_wakeups WHERE wanted)")
+            owner.execute("DELETE FROM pgq.queue_wakeups WHERE supervisor_id = 'host-a'")
+            owner.execute("RESET ROLE")
+        finally:
+            owner.execute("RESET ROLE")
+            owner.execute(f"DROP OWNED BY {role}")
+            owner.execute(f"DROP ROLE {role}")

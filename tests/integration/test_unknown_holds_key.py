@@ -12,6 +12,7 @@ database the old rule had already let a duplicate into.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import threading
@@ -44,10 +45,34 @@ def _unknown(conn: psycopg.Connection[Any], args: dict[str, Any], key: str | Non
     return job_id
 
 
+def _enqueue_before(conn: psycopg.Connection[Any], args: dict[str, Any], key: str) -> int:
+    """A charge_card job enqueued by the previous release's statement, which a database before
+    the current schema runs (this release's reads tables added since, pgq.wakeup_flags, 0071)."""
+    row = conn.execute(
+        PREVIOUS["enqueue"],
+        {
+            "queue": "default",
+            "kind": "charge_card",
+            "args": json.dumps(args),
+            "priority": 0,
+            "max_attempts": 10,
+            "unique_key": key,
+            "traceparent": None,
+            "tenant": None,
+            "run_at": None,
+            "delay": 0.0,
+            "notify": False,
+        },
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _unknown_by_hand(conn: psycopg.Connection[Any], args: dict[str, Any], key: str) -> int:
-    """_unknown on a database before the current schema, where this release's claim and requeue
-    cannot run (they read columns added since, such as order_key, 0066): the row it leaves."""
-    job_id = enqueue(conn, "charge_card", args, unique_key=key)
+    """_unknown on a database before the current schema, where this release's enqueue, claim and
+    requeue cannot run (they read what was added since, such as order_key, 0066): the row it
+    leaves."""
+    job_id = _enqueue_before(conn, args, key)
     conn.execute(
         "UPDATE pgq.jobs SET state = 'unknown', attempts = 1, started_at = now(), "
         "last_error = 'outcome unknown (effects: external): worker pay#0 (pid 1) killed' "
@@ -207,22 +232,7 @@ def test_a_duplicate_from_before_the_upgrade_stops_migrate_until_resolved(
     migrate(empty_dsn, shipped=[m for m in available() if m.version < 40])
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         first = _unknown_by_hand(conn, {"order": 7}, "charge:7")
-        second, _ = conn.execute(
-            PREVIOUS["enqueue"],
-            {
-                "queue": "default",
-                "kind": "charge_card",
-                "args": '{"order": 7}',
-                "priority": 0,
-                "max_attempts": 10,
-                "unique_key": "charge:7",
-                "traceparent": None,
-                "tenant": None,
-                "run_at": None,
-                "delay": 0.0,
-                "notify": False,
-            },
-        ).fetchone()
+        second = _enqueue_before(conn, {"order": 7}, "charge:7")
         with pytest.raises(psycopg.errors.UniqueViolation) as refused:
             migrate(empty_dsn)
         message = str(refused.value)
