@@ -269,7 +269,7 @@ def test_the_flags_stay_readable_and_deletable_by_earlier_releases(
     assert conn.execute(old_look, ("a",)).fetchone() == (True,)
 
 
-def test_a_role_granted_the_old_flags_gets_the_new_ones_at_the_migration(empty_dsn: str) -> None:
+def test_the_migration_keeps_the_raised_flags_and_the_rights_on_them(empty_dsn: str) -> None:
     # Every enqueue reads the flags: a role set up by sql/roles/worker_role.sql before 0071
     # must not start failing its enqueues until someone runs the script again.
     role = f"pgq_flags_{uuid.uuid4().hex[:8]}"
@@ -283,7 +283,15 @@ def test_a_role_granted_the_old_flags_gets_the_new_ones_at_the_migration(empty_d
             )
             owner.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pgq TO {role}")
             owner.execute(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgq TO {role}")
+            # Flags as the old table held them: each queue's is up when any master's was.
+            owner.execute(
+                "INSERT INTO pgq.queue_wakeups (queue, supervisor_id, wanted) VALUES"
+                " ('up', 'host-a', false), ('up', 'host-b', true), ('down', 'host-a', false)"
+            )
             migrate(empty_dsn)
+            assert owner.execute(
+                "SELECT queue, up FROM pgq.wakeup_flags ORDER BY seq"
+            ).fetchall() == [("up", True)]
             owner.execute(f"SET ROLE {role}")
             _want(owner, "a")
             with psycopg.connect(empty_dsn, autocommit=True) as listener:
