@@ -43,11 +43,6 @@ below the cursors for that long (issue 30); believed up to four walks, it puts i
 says. A walk that really grew that fast (a child started an hour into a hold) is believed within
 a few claims from the head.
 
-A claim from the head that took every job it found (whole, below) is shared with the pool's
-siblings (shared/head_walks.py): it found everything below their cursors as well, so a sibling
-counts its own next one from it, and the pool walks the dead prefix about once where each child
-did.
-
 The state lives in the child's memory, not in a database row: a row updated per claim would
 grow its own unprunable version chain while the horizon is held, the very cost avoided here.
 """
@@ -60,7 +55,6 @@ from datetime import timedelta
 
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import Cursor
-from supervisor.shared.head_walks import HeadWalks
 
 # At most this many tenants remembered per queue (the most recently claimed): a tenant beyond
 # them is probed from its head, as without cursors.
@@ -97,12 +91,8 @@ CHEAP_WALK = 0.005
 
 
 class ClaimCursors:
-    def __init__(self, refresh: float, shared: HeadWalks | None = None) -> None:
+    def __init__(self, refresh: float) -> None:
         self.refresh = refresh
-        self.shared = shared
-        # When the last whole claim from the head this child knows of began: its own or a
-        # sibling's (monotonic seconds).
-        self._seen = 0.0
         self._at: dict[str, OrderedDict[str, Cursor]] = {}
         self._full_due = 0.0  # the first claim starts from the head
         self._full = False
@@ -114,9 +104,7 @@ class ClaimCursors:
     def for_claim(self, order: Sequence[str], now: float) -> list[Cursor]:
         """The cursors the next claim (trying ``order``) starts from: none when a claim from the
         head of every tenant is due (then the cursors start again from what it claims)."""
-        self._full = now >= self._due(now)
-        if self._full and self.shared is not None:
-            self.shared.begin(now)
+        self._full = now >= self._full_due
         if self._full:
             return []
         # While the head is cheap, a claim from it comes as often as one from near would.
@@ -160,12 +148,8 @@ class ClaimCursors:
             else:
                 self._at.clear()
             walk = self.walk = min(took, WALK_GROWTH * self.walk)
-            self._full_due = now + self._spacing(walk)
+            self._full_due = now + max(min(self.refresh, HEAD_EVERY * walk), HEAD_AT_MOST * walk)
             self._full = False
-            if whole:
-                self._seen = now
-                if self.shared is not None:
-                    self.shared.record(now, walk)
             self._near_due = now + min(self.refresh, HEAD_EVERY * min(took, CHEAP_WALK))
         elif self._near:
             # A claim from near that waited (a row lock, a completion) is not believed to have
@@ -184,37 +168,6 @@ class ClaimCursors:
             if len(tenants) > PER_QUEUE:
                 tenants.popitem(last=False)
 
-    def _spacing(self, walk: float) -> float:
-        """How long after a claim from the head whose walk cost ``walk`` the next is due."""
-        return max(min(self.refresh, HEAD_EVERY * walk), HEAD_AT_MOST * walk)
-
-    def _due(self, now: float) -> float:
-        """When this child's next claim from the head is due: its own schedule, counted from a
-        sibling's whole claim from the head if that began later, and not while a sibling's
-        is under way (begun since, unanswered), unless that one takes more than WALK_GROWTH
-        walks (a wait, or a child that died in it)."""
-        self._adopt(now)
-        due = self._full_due
-        if self.shared is not None:
-            begun = self.shared.begun()
-            if self._seen < begun <= now:
-                due = max(due, begun + WALK_GROWTH * self.walk)
-        return due
-
-    def _adopt(self, now: float) -> None:
-        """A sibling's whole claim from the head, begun after the last this child knows of:
-        everything below this child's cursors committed before it began was taken then, so
-        the next claim from the head is due counting from it, and its walk is the one
-        believed."""
-        if self.shared is None:
-            return
-        started, walk = self.shared.last()
-        if not self._seen < started <= now or not 0.0 <= walk <= self.refresh:
-            return
-        self._seen = started
-        self.walk = walk
-        self._full_due = max(self._full_due, started + self._spacing(walk))
-
     def due_in(self, now: float) -> float | None:
         """Seconds until the claim from the head is due, while some cursor could be skipping a
         job (None: no cursor, every claim starts from the head anyway). An idle child waits no
@@ -224,4 +177,4 @@ class ClaimCursors:
         # Not for one from near the cursors: an idle child would wake every twenty cheap walks.
         # Its next claim, when a wake-up comes, is one from near (its time has come by then), so
         # a late commit that the wake-up announced is found by it.
-        return max(0.0, self._due(now) - now)
+        return max(0.0, self._full_due - now)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from supervisor.shared.board import Board
-from supervisor.shared.head_walks import HeadWalks
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
@@ -30,5 +29,3 @@ class ChildSpec:
     master_pid: int
     max_jobs: int | None  # already jittered by the master
     inherited_fds: list[int]  # the master's descriptors, closed right after the fork
-    # The pool's last whole claim from the head, shared by its children (None: not shared).
-    head_walks: HeadWalks | None = None

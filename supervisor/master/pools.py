@@ -4,12 +4,11 @@ starts a new one) and its slots; and which of its children a wake-up goes to."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from supervisor.master.children import Child, Slot
 from supervisor.shared.board import State
-from supervisor.shared.head_walks import HeadWalks
 
 if TYPE_CHECKING:
     from supervisor.config import PoolConfig
@@ -20,9 +19,6 @@ class PoolRuntime:
     config: PoolConfig
     generation: int
     slots: list[Slot]
-    # Its children's last whole claim from the head, shared through the fork (a new generation
-    # has new children, perhaps of other queues, and a record of its own).
-    head_walks: HeadWalks = field(default_factory=HeadWalks)
 
     def wake_one(self, *, exclude: Child | None = None, queue: str | None = None) -> None:
         """Wake one child that can take the work, telling it which queue has it.

@@ -75,7 +75,6 @@ class Slots:
                 handlers=self.handlers,
                 kinds=self.kinds,
                 inherited_fds=self.inherited_fds,
-                head_walks=runtime.head_walks,
             )
         except OSError as exc:
             log.error(

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta, timezone
 
 from supervisor.child.cursors import NEAR, PER_CLAIM, PER_QUEUE, ClaimCursors
 from supervisor.queue.job import Job
-from supervisor.shared.head_walks import HeadWalks
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -188,54 +187,3 @@ def test_a_claim_from_the_head_that_came_back_short_keeps_the_cursors_it_did_not
     assert cursors.for_claim(["q"], 5.0) == []
     cursors.observe([job(8, tenant="a")], 5.0, took=0.1, whole=False)
     assert [(c[1], c[4]) for c in cursors.for_claim(["q"], 5.01)] == [("a", 8)]
-
-
-def test_a_siblings_whole_claim_from_the_head_counts_as_the_childs_own() -> None:
-    """A claim from the head that came back short of its limit took every job waiting below
-    every cursor when it began: a sibling counts its next claim from the head from it, so a
-    pool walks the dead prefix once where each child did (a second each, an hour into a hold
-    at 3,000 jobs/s)."""
-    shared = HeadWalks()
-    a, b = ClaimCursors(refresh=10.0, shared=shared), ClaimCursors(refresh=10.0, shared=shared)
-    # Walks of 250 ms: the next claim from the head is due 5 s (20 walks) after the last.
-    assert a.for_claim(["q"], 0.0) == []
-    a.observe([job(1)], 0.0, took=0.25, whole=True)
-    assert b.for_claim(["q"], 1.0) == []  # b's first: from the head (a's began before it)
-    b.observe([job(2)], 1.0, took=0.25, whole=True)
-    assert shared.last() == (1.0, 0.25)
-    # a's own would be due at 5.0: counted from b's, at 6.0.
-    assert a.for_claim(["q"], 5.5) != []
-    a.observe([job(3)], 5.5, took=0.001)
-    assert a.due_in(5.5) == 0.5
-    assert a.for_claim(["q"], 6.0) == []  # a walks, b's turn too: b waits for a's answer
-    assert b.for_claim(["q"], 6.1) != []
-    b.observe([job(4)], 6.1, took=0.001)
-    assert b.due_in(6.1) == 6.0 + 4 * 0.25 - 6.1  # at most WALK_GROWTH walks
-    a.observe([job(5)], 6.0, took=0.25, whole=True)
-    assert b.for_claim(["q"], 6.3) != []  # a's answer came: b's next is 5 s after 6.0
-    b.observe([job(6)], 6.3, took=0.001)
-    assert b.due_in(6.3) == 11.0 - 6.3
-    # A claim from the head that reached its limit left jobs it did not take: not shared, and
-    # a sibling does its own once the walk's time has passed.
-    assert b.for_claim(["q"], 11.0) == []
-    b.observe([job(7)] * 2, 11.0, took=0.25, whole=False)
-    assert shared.last() == (6.0, 0.25)
-    assert a.for_claim(["q"], 11.1) != []  # a's own is due at 11.0: waiting for b's answer
-    a.observe([], 11.1, took=0.001)
-    assert a.for_claim(["q"], 12.0) == []  # b's claim began over four walks ago
-
-
-def test_a_record_from_the_future_or_out_of_bounds_is_not_believed() -> None:
-    shared = HeadWalks()
-    cursors = ClaimCursors(refresh=1.0, shared=shared)
-    cursors.for_claim(["q"], 0.0)
-    cursors.observe([job(1)], 0.0, took=0.1, whole=True)
-    shared.record(50.0, 0.1)  # later than the reader's clock
-    assert cursors.for_claim(["q"], 1.0) == []
-    cursors.observe([job(2)], 1.0, took=0.1)
-    other = HeadWalks()
-    other.record(1.5, 2.0)  # a walk longer than the refresh
-    odd = ClaimCursors(refresh=1.0, shared=other)
-    odd.for_claim(["q"], 0.0)
-    odd.observe([job(1)], 0.0, took=0.1)
-    assert odd.for_claim(["q"], 1.6) == []
