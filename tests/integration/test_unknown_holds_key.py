@@ -45,25 +45,27 @@ def _unknown(conn: psycopg.Connection[Any], args: dict[str, Any], key: str | Non
     return job_id
 
 
+# The previous release's enqueue of a charge_card job (data/previous_enqueue.sql's parameters),
+# less its unique key.
+PREVIOUS_CHARGE: dict[str, Any] = {
+    "queue": "default",
+    "kind": "charge_card",
+    "args": '{"order": 7}',
+    "priority": 0,
+    "max_attempts": 10,
+    "traceparent": None,
+    "tenant": None,
+    "run_at": None,
+    "delay": 0.0,
+    "notify": False,
+}
+
+
 def _enqueue_before(conn: psycopg.Connection[Any], args: dict[str, Any], key: str) -> int:
     """A charge_card job enqueued by the previous release's statement, which a database before
     the current schema runs (this release's reads tables added since, pgq.wakeup_flags, 0071)."""
-    row = conn.execute(
-        PREVIOUS["enqueue"],
-        {
-            "queue": "default",
-            "kind": "charge_card",
-            "args": json.dumps(args),
-            "priority": 0,
-            "max_attempts": 10,
-            "unique_key": key,
-            "traceparent": None,
-            "tenant": None,
-            "run_at": None,
-            "delay": 0.0,
-            "notify": False,
-        },
-    ).fetchone()
+    params = {**PREVIOUS_CHARGE, "args": json.dumps(args), "unique_key": key}
+    row = conn.execute(PREVIOUS["enqueue"], params).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -172,24 +174,12 @@ def test_a_previous_release_producer_meeting_an_unknown_holder_fails_loudly_not_
     nothing and their look-up, blind to 'unknown', found no holder)."""
     first = _unknown(conn, {"order": 7}, "charge:7")
     waiting = enqueue(conn, "send_receipt", {"order": 7}, unique_key="receipt:7")
-    params: dict[str, Any] = {
-        "queue": "default",
-        "kind": "charge_card",
-        "args": '{"order": 7}',
-        "priority": 0,
-        "max_attempts": 10,
-        "traceparent": None,
-        "tenant": None,
-        "run_at": None,
-        "delay": 0.0,
-        "notify": False,
-    }
     with pytest.raises(psycopg.errors.UniqueViolation, match="jobs_unique_key_held"):
-        conn.execute(PREVIOUS["enqueue"], {**params, "unique_key": "charge:7"})
+        conn.execute(PREVIOUS["enqueue"], {**PREVIOUS_CHARGE, "unique_key": "charge:7"})
     assert _holders(conn, "charge:7") == [(first, "unknown")]
     # A key held by a waiting job still works as it did for them: nothing inserted, and their
     # look-up finds the holder.
-    inserted = conn.execute(PREVIOUS["enqueue"], {**params, "unique_key": "receipt:7"})
+    inserted = conn.execute(PREVIOUS["enqueue"], {**PREVIOUS_CHARGE, "unique_key": "receipt:7"})
     assert inserted.fetchone() is None
     found = conn.execute(PREVIOUS["job_by_unique_key"], {"unique_key": "receipt:7"})
     assert found.fetchone() == (waiting,)
