@@ -584,6 +584,7 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/tenant_room.sql
 \ir functions/tenant_spend.sql
 \ir functions/tenant_wait.sql
+\ir functions/turn_wakeup.sql
 \ir functions/wakes_stagers.sql
 \ir functions/want_wakeups.sql
 \ir functions/workflow_cancel.sql

@@ -2,15 +2,14 @@
 -- migrations, whenever this file changes; see sql/functions/README.md).
 --
 -- A master raises the wake-up flags of `queues`: it has a child asleep for them. A flag is the
--- newest row of its queue in pgq.wakeup_flags (0071): raising it deletes the lowered row and
--- inserts a raised one. A flag already up is left alone (not even locked, so an enqueue taking
--- it never skips it because of us); a queue without a row gets its first. A lowered row another
--- master is replacing right now is skipped (SKIP LOCKED): that master raises it, and one that
--- comes after it committed finds it deleted, so a queue has one current row. Returns the queues
--- whose flag went up: the master watches each for a claim of the queue
--- (supervisor/master/wakeups.py), which finds any job committed while the flag was down. The
--- flags are hints (a lost one is written again within a second), so the commit does not wait
--- for the WAL flush: the master's loop waits on it (transaction-local, so it outlives the call).
+-- newest row of its queue in pgq.wakeup_flags (0071); pgq.turn_wakeup raises it. A flag already
+-- up is left alone (not even locked, so an enqueue taking it never skips it because of us); a
+-- queue without a row gets its first. A lowered row another master is replacing right now is
+-- skipped: that master raises it. Returns the queues whose flag went up: the master watches
+-- each for a claim of the queue (supervisor/master/wakeups.py), which finds any job committed
+-- while the flag was down. The flags are hints (a lost one is written again within a second),
+-- so the commit does not wait for the WAL flush: the master's loop waits on it
+-- (transaction-local, so it outlives the call).
 -- `supervisor_id` is no longer used (a flag is the queue's, not a master's since 0071); it stays
 -- for the masters of earlier releases, which call this function with it.
 --
@@ -40,31 +39,11 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    q           text;
-    current_seq bigint;
-    current_up  boolean;
+    q text;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     FOREACH q IN ARRAY want_wakeups.queues LOOP
-        current_seq := NULL;
-        current_up := NULL;
-        SELECT f.seq, f.up INTO current_seq, current_up
-        FROM pgq.wakeup_flags AS f
-        WHERE f.queue = q
-        ORDER BY f.seq DESC
-        LIMIT 1;
-        CONTINUE WHEN current_up;
-        IF current_seq IS NOT NULL THEN
-            DELETE FROM pgq.wakeup_flags AS f
-            WHERE f.queue = q
-              AND f.seq = (SELECT h.seq
-                           FROM pgq.wakeup_flags AS h
-                           WHERE h.queue = q
-                             AND h.seq = current_seq
-                           FOR UPDATE SKIP LOCKED);
-            CONTINUE WHEN NOT FOUND;
-        END IF;
-        INSERT INTO pgq.wakeup_flags (queue, up) VALUES (q, true);
+        CONTINUE WHEN NOT pgq.turn_wakeup(q, true);
         queue := q;
         waiting := NULL;
         RETURN NEXT;

@@ -174,6 +174,32 @@ def test_a_master_raises_only_lowered_flags(conn: psycopg.Connection[Any]) -> No
     assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
 
 
+def test_two_masters_raising_at_once_leave_one_current_row(dsn: str) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as first,
+        psycopg.connect(dsn) as second,
+        psycopg.connect(dsn, autocommit=True) as third,
+    ):
+        assert _want(first, "q") == ["q"]
+        enqueue(first, "k", queue="q")  # lowered: the row a raise replaces
+        assert _want(second, "q") == ["q"]  # open: its lock on the lowered row is held
+        # The other master skips the held row (never waits: it would hit the timeout) and
+        # writes nothing; the first one's raise stands once it commits.
+        third.execute("SET lock_timeout = '200ms'")
+        assert _want(third, "q") == []
+        assert not _raised(third, "q")
+        second.commit()
+        assert _raised(third, "q")
+        assert _want(third, "q") == []
+        assert _rows(third, "q") == 1
+        # A take and a raise are the same step the other way: a flag already down is not
+        # taken again, and nothing is written for it.
+        assert third.execute("SELECT pgq.take_wakeups('q')").fetchone() == (True,)
+        assert third.execute("SELECT pgq.take_wakeups('q')").fetchone() == (False,)
+        assert third.execute("SELECT pgq.take_wakeups('never')").fetchone() == (False,)
+        assert (_rows(third, "q"), _rows(third, "never")) == (1, 0)
+
+
 def test_the_raise_reads_no_job_while_a_held_horizon_keeps_the_dead_ones(
     dsn: str, conn: psycopg.Connection[Any]
 ) -> None:
