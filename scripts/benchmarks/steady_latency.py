@@ -19,7 +19,9 @@ children's statement under EXPLAIN ANALYZE, rolled back: its time and the buffer
 Pickup is a job's wait from its enqueue to its claim: started_at - created_at of its history
 row (both the database's clock, each its transaction's start), for the jobs claimed in the
 phase. At the end of each phase: pgq.jobs' dead tuples (pg_stat_user_tables, read after the
-statistics' flush) and the backlog left. Prints a line per phase and, last, one JSON line.
+statistics' flush) and the backlog left. After the run, each window's slowest hundredth of
+pickups by what kept them (TAIL: passed over by a later job's claim, or stalled with the rest).
+Prints a line per phase and, last, one JSON line.
 
     .venv/bin/python scripts/benchmarks/steady_latency.py [--rates 1000,3000,5000] \\
         [--seconds 30] [--held SECONDS] [--slices N] [--recovery SECONDS] [--warm 5] \\
@@ -70,6 +72,66 @@ FROM (
     WHERE started_at >= %(begun)s AND started_at < %(ended)s
 ) AS h
 """
+
+# The slowest hundredth of a window's pickups, by what kept them: "passed over" when a job
+# enqueued after it was claimed more than PASSED_MS before it (it sat below a child's cursor
+# until a claim from near or from the head found it), else a stall (the pool was slow for every
+# job then: a walk, a vacuum, the CPU). Claims from the head and from near take few jobs each:
+# "claims" counts the distinct claims (started_at) that took the passed-over ones.
+PASSED_MS = 5.0
+TAIL = """
+WITH h AS (
+    SELECT started_at,
+           extract(epoch FROM started_at - created_at) * 1000 AS w,
+           min(started_at) OVER (ORDER BY created_at DESC
+                                 RANGE BETWEEN UNBOUNDED PRECEDING
+                                           AND '1 microsecond' PRECEDING) AS newer_first
+    FROM pgq.job_history
+    WHERE created_at >= %(begun)s::timestamptz - interval '30 seconds'
+      AND started_at < %(ended)s
+),
+win AS (
+    SELECT * FROM h WHERE started_at >= %(begun)s
+),
+cut AS (
+    SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY w) AS p99 FROM win
+),
+tail AS (
+    SELECT win.*,
+           coalesce(extract(epoch FROM win.started_at - win.newer_first) * 1000 > %(passed)s,
+                    false) AS passed
+    FROM win, cut
+    WHERE win.w >= cut.p99
+)
+SELECT count(*),
+       count(*) FILTER (WHERE passed),
+       count(DISTINCT started_at) FILTER (WHERE passed),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY w) FILTER (WHERE passed),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY w) FILTER (WHERE NOT passed)
+FROM tail
+"""
+
+
+def tail(conn: psycopg.Connection[Any], window: dict[str, Any]) -> None:
+    """Adds to a measured window what kept its slowest hundredth (TAIL), and prints it."""
+    n, passed, claims, passed_p50, stalled_p50 = conn.execute(  # type: ignore[misc]
+        TAIL, {"begun": window["begun"], "ended": window["ended"], "passed": PASSED_MS}
+    ).fetchone()
+    window["tail"] = {
+        "jobs": n,
+        "passed_over": passed,
+        "passed_over_claims": claims,
+        "passed_over_p50_ms": round(float(passed_p50 or 0.0), 2),
+        "stalled_p50_ms": round(float(stalled_p50 or 0.0), 2),
+    }
+    print(
+        f"  {window['phase']:>16s} slowest 1%: {n:,} jobs, passed over {passed:,} "
+        f"(by {claims:,} claims, p50 {window['tail']['passed_over_p50_ms']:.1f} ms), "
+        f"stalled {n - passed:,} (p50 {window['tail']['stalled_p50_ms']:.1f} ms)",
+        file=sys.stderr,
+        flush=True,
+    )
+
 
 DEAD = """
 SELECT n_dead_tup, n_live_tup, vacuum_count FROM pg_stat_user_tables
@@ -227,6 +289,8 @@ def measure(
         # VACUUMs of pgq.jobs since the database was made (the vacuum service's and
         # autovacuum's are counted apart: autovacuum_count), at the phase's end.
         "vacuums": vacuums,
+        "begun": begun,
+        "ended": ended,
     }
     print(
         f"  {rate:>6,}/s {name:6s} claimed {result['claimed_per_s']:>6,}/s  pickup p50 "
@@ -281,6 +345,10 @@ def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
                 for producer in producers:
                     producer.join(30)
                 holder.join(30)
+            # Read after the run, so that the window functions over the history do not run
+            # inside a measured window.
+            for result in results:
+                tail(conn, result)
     return results
 
 
