@@ -4,6 +4,7 @@ same round trip (sql/claim.sql; docs/claim-order.md)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,8 +37,9 @@ class Claimer:
             {q: w for q, w in self.spec.config.tenants.items() if q in self.spec.pool.queues}
         )
         # Where each tenant's next claim starts (past this child's last job there), with a claim
-        # from the head at most a poll interval apart for jobs that arrived below a cursor.
-        self.cursors = ClaimCursors(self.spec.pool.poll_interval)
+        # from the head at most a poll interval apart for jobs that arrived below a cursor,
+        # taking turns with the pool's other children while a walk is dear.
+        self.cursors = ClaimCursors(self.spec.pool.poll_interval, self.spec.head_walks, os.getpid())
         # The pool's queues whose jobs age (YAML `aging:`), with their periods. Their claims go
         # without cursors: aging takes a tenant's jobs out of index order, so "everything
         # before the last job claimed was consumed" no longer holds (sql/claim/aging.sql).

@@ -43,6 +43,11 @@ below the cursors for that long (issue 30); believed up to four walks, it puts i
 says. A walk that really grew that fast (a child started an hour into a hold) is believed within
 a few claims from the head.
 
+While a horizon is held, the pool's walks take turns (shared/head_walks.py): a child whose
+claim from the head is due while a sibling's is under way claims from its cursors meanwhile,
+and walks after it. Overlapping walks left one child to take the whole offered rate, and the
+pickup's slowest hundredth was those moments.
+
 The state lives in the child's memory, not in a database row: a row updated per claim would
 grow its own unprunable version chain while the horizon is held, the very cost avoided here.
 """
@@ -55,6 +60,7 @@ from datetime import timedelta
 
 from supervisor.queue.job import Job
 from supervisor.queue.jobs import Cursor
+from supervisor.shared.head_walks import HeadWalks
 
 # At most this many tenants remembered per queue (the most recently claimed): a tenant beyond
 # them is probed from its head, as without cursors.
@@ -91,8 +97,12 @@ CHEAP_WALK = 0.005
 
 
 class ClaimCursors:
-    def __init__(self, refresh: float) -> None:
+    def __init__(self, refresh: float, shared: HeadWalks | None = None, walker: int = 0) -> None:
         self.refresh = refresh
+        # The pool's walk under way, if any (None: this child walks on its own schedule), and
+        # this child's name there (its pid).
+        self.shared = shared
+        self.walker = walker
         self._at: dict[str, OrderedDict[str, Cursor]] = {}
         self._full_due = 0.0  # the first claim starts from the head
         self._full = False
@@ -104,7 +114,7 @@ class ClaimCursors:
     def for_claim(self, order: Sequence[str], now: float) -> list[Cursor]:
         """The cursors the next claim (trying ``order``) starts from: none when a claim from the
         head of every tenant is due (then the cursors start again from what it claims)."""
-        self._full = now >= self._full_due
+        self._full = now >= self._full_due and self._turn(now)
         if self._full:
             return []
         # While the head is cheap, a claim from it comes as often as one from near would.
@@ -147,6 +157,8 @@ class ClaimCursors:
                     self._at.get(queue, {}).pop(tenant or "", None)
             else:
                 self._at.clear()
+            if self.shared is not None:
+                self.shared.end(self.walker)
             walk = self.walk = min(took, WALK_GROWTH * self.walk)
             self._full_due = now + max(min(self.refresh, HEAD_EVERY * walk), HEAD_AT_MOST * walk)
             self._full = False
@@ -168,6 +180,19 @@ class ClaimCursors:
             if len(tenants) > PER_QUEUE:
                 tenants.popitem(last=False)
 
+    def _turn(self, now: float) -> bool:
+        """Whether this child's claim from the head, due now, goes now: not while a sibling's
+        is under way, once a walk costs more than any claim (a horizon held). Going, it says
+        so, believed answered within WALK_GROWTH walks."""
+        shared = self.shared
+        if shared is None or self.walk <= CHEAP_WALK:
+            return True
+        shared.end(self.walker)  # its own mark from a claim that never came back
+        if shared.sibling_until(self.walker, now) is not None:
+            return False
+        shared.begin(self.walker, now + WALK_GROWTH * self.walk)
+        return True
+
     def due_in(self, now: float) -> float | None:
         """Seconds until the claim from the head is due, while some cursor could be skipping a
         job (None: no cursor, every claim starts from the head anyway). An idle child waits no
@@ -177,4 +202,7 @@ class ClaimCursors:
         # Not for one from near the cursors: an idle child would wake every twenty cheap walks.
         # Its next claim, when a wake-up comes, is one from near (its time has come by then), so
         # a late commit that the wake-up announced is found by it.
-        return max(0.0, self._full_due - now)
+        due = self._full_due
+        if self.shared is not None and self.walk > CHEAP_WALK:
+            due = max(due, self.shared.sibling_until(self.walker, now) or 0.0)
+        return max(0.0, due - now)

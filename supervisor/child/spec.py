@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from supervisor.shared.board import Board
+from supervisor.shared.head_walks import HeadWalks
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
@@ -29,3 +30,5 @@ class ChildSpec:
     master_pid: int
     max_jobs: int | None  # already jittered by the master
     inherited_fds: list[int]  # the master's descriptors, closed right after the fork
+    # Which of the pool's children walks from the head now (None: this child walks alone).
+    head_walks: HeadWalks | None = None

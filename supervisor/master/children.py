@@ -23,6 +23,7 @@ from supervisor.child.spec import ChildSpec
 from supervisor.child.worker import child_main
 from supervisor.shared.board import Board, Counter, State
 from supervisor.shared.exits import ExitReason
+from supervisor.shared.head_walks import HeadWalks
 
 if TYPE_CHECKING:
     from supervisor.config import Config, PoolConfig
@@ -167,6 +168,7 @@ def spawn(
     handlers: Mapping[str, Handler],
     kinds: list[str],
     inherited_fds: Callable[[], list[int]],
+    head_walks: HeadWalks | None = None,
 ) -> Child:
     # Outcomes waiting to be written: at most a batch and what the threads hold besides.
     board = Board(
@@ -200,6 +202,7 @@ def spawn(
                     master_pid=master_pid,
                     max_jobs=jittered_max_jobs(pool.max_jobs),
                     inherited_fds=inherited_fds(),
+                    head_walks=head_walks,
                 ),
                 close_fds=(wake_w, report_r),
             )

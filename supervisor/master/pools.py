@@ -4,11 +4,12 @@ starts a new one) and its slots; and which of its children a wake-up goes to."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from supervisor.master.children import Child, Slot
 from supervisor.shared.board import State
+from supervisor.shared.head_walks import HeadWalks
 
 if TYPE_CHECKING:
     from supervisor.config import PoolConfig
@@ -19,6 +20,10 @@ class PoolRuntime:
     config: PoolConfig
     generation: int
     slots: list[Slot]
+    # Which of its children walks from the head now, shared through the fork, so that their
+    # walks take turns (a new generation has new children, perhaps of other queues, and a
+    # record of its own).
+    head_walks: HeadWalks = field(default_factory=HeadWalks)
 
     def wake_one(self, *, exclude: Child | None = None, queue: str | None = None) -> None:
         """Wake one child that can take the work, telling it which queue has it.

@@ -75,6 +75,7 @@ class Slots:
                 handlers=self.handlers,
                 kinds=self.kinds,
                 inherited_fds=self.inherited_fds,
+                head_walks=runtime.head_walks,
             )
         except OSError as exc:
             log.error(

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from supervisor.child.cursors import NEAR, PER_CLAIM, PER_QUEUE, ClaimCursors
 from supervisor.queue.job import Job
+from supervisor.shared.head_walks import HeadWalks
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -187,3 +188,57 @@ def test_a_claim_from_the_head_that_came_back_short_keeps_the_cursors_it_did_not
     assert cursors.for_claim(["q"], 5.0) == []
     cursors.observe([job(8, tenant="a")], 5.0, took=0.1, whole=False)
     assert [(c[1], c[4]) for c in cursors.for_claim(["q"], 5.01)] == [("a", 8)]
+
+
+def test_the_pools_walks_from_the_head_take_turns_while_a_horizon_is_held() -> None:
+    """Two children walking the dead prefix at once left the third to take the whole rate, and
+    the pickup's slowest hundredth was those moments: a child whose claim from the head is due
+    while a sibling's is under way claims from its cursors, and walks after the answer."""
+    shared = HeadWalks()
+    a = ClaimCursors(refresh=10.0, shared=shared, walker=101)
+    b = ClaimCursors(refresh=10.0, shared=shared, walker=102)
+    for cursors, at in ((a, 0.0), (b, 0.5)):  # walks of 250 ms: next ones due 5 s after
+        assert cursors.for_claim(["q"], at) == []
+        cursors.observe([job(int(at * 10) + 1)], at, took=0.25, whole=True)
+    assert a.for_claim(["q"], 5.0) == []  # a's walk is under way ...
+    assert shared.sibling_until(102, 5.0) == 5.0 + 4 * 0.25  # believed within four walks
+    assert b.for_claim(["q"], 5.5) != []  # ... so b's, due at 5.5, waits: from its cursors
+    b.observe([job(20)], 5.5, took=0.002)
+    assert b.due_in(5.6) == 6.0 - 5.6  # an idle b would wake when a's is believed over
+    a.observe([job(21)], 5.0, took=0.25, whole=True)
+    assert shared.sibling_until(102, 5.6) is None
+    assert b.for_claim(["q"], 5.6) == []  # a's answer came: b's turn
+    assert a.for_claim(["q"], 5.7) != []
+    b.observe([job(22)], 5.6, took=0.25, whole=True)
+    assert shared.sibling_until(101, 5.9) is None
+
+
+def test_a_walker_that_never_answers_is_waited_for_only_as_long_as_it_said() -> None:
+    shared = HeadWalks()
+    a = ClaimCursors(refresh=10.0, shared=shared, walker=101)
+    b = ClaimCursors(refresh=10.0, shared=shared, walker=102)
+    for cursors in (a, b):
+        cursors.for_claim(["q"], 0.0)
+        cursors.observe([job(1)], 0.0, took=0.25, whole=True)
+    assert a.for_claim(["q"], 5.0) == []  # and a dies in it, or its claim is cut short
+    assert b.for_claim(["q"], 5.5) != []
+    b.observe([job(2)], 5.5, took=0.002)
+    assert b.for_claim(["q"], 6.0) == []  # a said 6.0 at the latest
+    # A's own mark from a claim that never came back does not hold a itself back.
+    assert shared.sibling_until(101, 6.0) == 6.0 + 4 * 0.25
+    b.observe([job(3)], 6.0, took=0.25, whole=True)
+    assert a.for_claim(["q"], 11.5) == []
+
+
+def test_cheap_walks_do_not_take_turns() -> None:
+    """No horizon held (a walk costs what any claim costs): nothing to wait for, and an idle
+    child does not wake for a sibling's walk."""
+    shared = HeadWalks()
+    a = ClaimCursors(refresh=1.0, shared=shared, walker=101)
+    b = ClaimCursors(refresh=1.0, shared=shared, walker=102)
+    for cursors in (a, b):
+        cursors.for_claim(["q"], 0.0)
+        cursors.observe([job(1)], 0.0, took=0.001, whole=True)
+    assert a.for_claim(["q"], 0.02) == []
+    assert b.for_claim(["q"], 0.02) == []
+    assert shared.sibling_until(102, 0.02) is None
