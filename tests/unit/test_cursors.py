@@ -4,6 +4,7 @@ no database."""
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import datetime, timedelta, timezone
 
 from supervisor.child.cursors import NEAR, PER_CLAIM, PER_QUEUE, ClaimCursors
@@ -242,3 +243,18 @@ def test_cheap_walks_do_not_take_turns() -> None:
     assert a.for_claim(["q"], 0.02) == []
     assert b.for_claim(["q"], 0.02) == []
     assert shared.sibling_until(102, 0.02) is None
+
+
+def test_a_walk_a_forked_child_announces_is_seen_by_its_siblings() -> None:
+    """The master maps the pool's HeadWalks before it forks the children: what one writes the
+    others read (an anonymous shared mapping, not a copy)."""
+    shared = HeadWalks()
+    pid = os.fork()
+    if pid == 0:  # the walking child
+        shared.begin(os.getpid(), 123.0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert shared.sibling_until(os.getpid(), 100.0) == 123.0
+    assert shared.sibling_until(pid, 100.0) is None  # its own walk holds nobody back: itself
+    shared.end(pid)
+    assert shared.sibling_until(os.getpid(), 100.0) is None
