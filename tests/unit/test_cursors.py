@@ -214,32 +214,32 @@ def test_the_pools_walks_from_the_head_take_turns_while_a_horizon_is_held() -> N
     assert shared.sibling_until(101, 5.9) is None
 
 
-def test_a_walker_that_never_answers_is_waited_for_only_as_long_as_it_said() -> None:
+def _siblings(refresh: float, walk: float) -> tuple[HeadWalks, ClaimCursors, ClaimCursors]:
+    """Two children of a pool (pids 101 and 102), each after its first claim from the head,
+    which walked ``walk`` seconds."""
     shared = HeadWalks()
-    a = ClaimCursors(refresh=10.0, shared=shared, walker=101)
-    b = ClaimCursors(refresh=10.0, shared=shared, walker=102)
+    a = ClaimCursors(refresh=refresh, shared=shared, walker=101)
+    b = ClaimCursors(refresh=refresh, shared=shared, walker=102)
     for cursors in (a, b):
         cursors.for_claim(["q"], 0.0)
-        cursors.observe([job(1)], 0.0, took=0.25, whole=True)
-    assert a.for_claim(["q"], 5.0) == []  # and a dies in it, or its claim is cut short
-    assert b.for_claim(["q"], 5.5) != []
+        cursors.observe([job(1)], 0.0, took=walk, whole=True)
+    return shared, a, b
+
+
+def test_a_walker_that_never_answers_is_waited_for_only_as_long_as_it_said() -> None:
+    shared, a, b = _siblings(refresh=10.0, walk=0.25)
+    assert a.for_claim(["q"], 5.0) == []  # a's claim from the head is cut short (no answer),
+    assert a.for_claim(["q"], 5.1) == []  # made again (its own mark holds it not back),
+    assert b.for_claim(["q"], 5.5) != []  # and a dies in it
     b.observe([job(2)], 5.5, took=0.002)
-    assert b.for_claim(["q"], 6.0) == []  # a said 6.0 at the latest
-    # A's own mark from a claim that never came back does not hold a itself back.
-    assert shared.sibling_until(101, 6.0) == 6.0 + 4 * 0.25
-    b.observe([job(3)], 6.0, took=0.25, whole=True)
-    assert a.for_claim(["q"], 11.5) == []
+    assert b.for_claim(["q"], 6.1) == []  # a said 6.1 at the latest
+    assert shared.sibling_until(101, 6.1) == 6.1 + 4 * 0.25  # b's walk, announced
 
 
 def test_cheap_walks_do_not_take_turns() -> None:
     """No horizon held (a walk costs what any claim costs): nothing to wait for, and an idle
     child does not wake for a sibling's walk."""
-    shared = HeadWalks()
-    a = ClaimCursors(refresh=1.0, shared=shared, walker=101)
-    b = ClaimCursors(refresh=1.0, shared=shared, walker=102)
-    for cursors in (a, b):
-        cursors.for_claim(["q"], 0.0)
-        cursors.observe([job(1)], 0.0, took=0.001, whole=True)
+    shared, a, b = _siblings(refresh=1.0, walk=0.001)
     assert a.for_claim(["q"], 0.02) == []
     assert b.for_claim(["q"], 0.02) == []
     assert shared.sibling_until(102, 0.02) is None
