@@ -187,7 +187,7 @@ class ClaimCursors:
         shared = self.shared
         if shared is None or self.walk <= CHEAP_WALK:
             return True
-        shared.end(self.walker)  # its own mark from a claim that never came back
+        # Its own mark from a claim that never came back is not a sibling's.
         if shared.sibling_until(self.walker, now) is not None:
             return False
         shared.begin(self.walker, now + WALK_GROWTH * self.walk)
