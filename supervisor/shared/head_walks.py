@@ -3,11 +3,11 @@
 While an xmin horizon is held, a claim from the head walks every dead entry the hold keeps at
 the head of the claim index (child/cursors.py): a tenth of each child's time at most, hundreds
 of milliseconds a walk within minutes. Each child keeps its own cadence, so with three children
-two of them walked at once about 3% of the time, and for that while one child took the whole
-offered rate, with the walks' CPU beside it: the slowest hundredth of pickups were jobs claimed
-in order, late for everyone together (stalls, not jobs passed over by a cursor;
-scripts/benchmarks/steady_latency.py's tail), as long as half a walk. So a child whose claim
-from the head is due while a sibling's is under way makes its claim from its cursors, and
+two of them walked at once about 3% of the time (three pairs, each a hundredth), and then one
+child took the whole offered rate, with the walks' CPU beside it: the slowest hundredth of
+pickups were jobs claimed in order, late for everyone together (stalls, not jobs passed over by
+a cursor; scripts/benchmarks/steady_latency.py's tail), as long as half a walk. So a child whose
+claim from the head is due while a sibling's is under way makes its claim from its cursors, and
 walks once the sibling's answer came: the pool's walks take turns, and the rest of the pool
 claims meanwhile. Sharing the walks themselves (one for the pool) was tried and reverted
 (docs/benchmarks.md): it stretched the wait of a job that only the head finds.
