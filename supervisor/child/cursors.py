@@ -184,14 +184,19 @@ class ClaimCursors:
         """Whether this child's claim from the head, due now, goes now: not while a sibling's
         is under way, once a walk costs more than any claim (a horizon held). Going, it says
         so, believed answered within WALK_GROWTH walks."""
-        shared = self.shared
-        if shared is None or self.walk <= CHEAP_WALK:
+        shared = self._turns()
+        if shared is None:
             return True
         # Its own mark from a claim that never came back is not a sibling's.
         if shared.sibling_until(self.walker, now) is not None:
             return False
         shared.begin(self.walker, now + WALK_GROWTH * self.walk)
         return True
+
+    def _turns(self) -> HeadWalks | None:
+        """The pool's record of its walk under way, while the walks take turns: shared, and a
+        walk costs more than any claim (None: no turns to take)."""
+        return self.shared if self.walk > CHEAP_WALK else None
 
     def due_in(self, now: float) -> float | None:
         """Seconds until the claim from the head is due, while some cursor could be skipping a
@@ -203,6 +208,7 @@ class ClaimCursors:
         # Its next claim, when a wake-up comes, is one from near (its time has come by then), so
         # a late commit that the wake-up announced is found by it.
         due = self._full_due
-        if self.shared is not None and self.walk > CHEAP_WALK:
-            due = max(due, self.shared.sibling_until(self.walker, now) or 0.0)
+        shared = self._turns()
+        if shared is not None:
+            due = max(due, shared.sibling_until(self.walker, now) or 0.0)
         return max(0.0, due - now)
