@@ -15,6 +15,10 @@ With --slices N the held phase is reported as N consecutive windows too (``held 
 that a cost that grows with the hold's length shows as a trend, with the claim indexes' and the
 table's sizes at the end of each window and what a claim from the head costs there (the
 children's statement under EXPLAIN ANALYZE, rolled back: its time and the buffers it touched).
+With --recovery-slices N the recovery is reported in N windows too (no probes there: the first
+VACUUM after a long hold is what they would measure against). Every phase and window also shows
+the WAL the server wrote in it (pg_stat_wal: bytes, full-page images) and its checkpoints, which
+is what a long hold's end costs the commits.
 
 Pickup is a job's wait from its enqueue to its claim: started_at - created_at of its history
 row (both the database's clock, each its transaction's start), for the jobs claimed in the
@@ -24,8 +28,8 @@ pickups by what kept them (TAIL: passed over by a later job's claim, or stalled 
 Prints a line per phase and, last, one JSON line.
 
     .venv/bin/python scripts/benchmarks/steady_latency.py [--rates 1000,3000,5000] \\
-        [--seconds 30] [--held SECONDS] [--slices N] [--recovery SECONDS] [--warm 5] \\
-        [--processes 2] [--producers 1] [--batch 10]
+        [--seconds 30] [--held SECONDS] [--slices N] [--recovery SECONDS] \\
+        [--recovery-slices N] [--warm 5] [--processes 2] [--producers 1] [--batch 10]
 
 The DSN comes from --dsn, else PGQ_BENCH_DSN, else the machine's PostgreSQL.
 """
@@ -147,6 +151,32 @@ ORDER BY c.relname
 """
 
 
+# What the server wrote and checkpointed (PostgreSQL 14 and later; 17 moved the checkpoint
+# counts to pg_stat_checkpointer).
+WAL = """
+SELECT wal_bytes, wal_fpi, (SELECT {checkpoints} FROM {view}) FROM pg_stat_wal
+"""
+
+
+def wal(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
+    """The server's WAL bytes, full-page images and checkpoints so far."""
+    if conn.info.server_version >= 170000:
+        counts, view = "num_timed + num_requested", "pg_stat_checkpointer"
+    else:
+        counts, view = "checkpoints_timed + checkpoints_req", "pg_stat_bgwriter"
+    text = WAL.format(checkpoints=counts, view=view)
+    nbytes, fpi, checkpoints = conn.execute(text).fetchone()  # type: ignore[misc]
+    return int(nbytes), int(fpi), int(checkpoints)
+
+
+def wrote(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, float | int]:
+    return {
+        "wal_mib": round((after[0] - before[0]) / 2**20, 1),
+        "full_page_images": after[1] - before[1],
+        "checkpoints": after[2] - before[2],
+    }
+
+
 def head_claim(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
     """What a claim from the head costs now: the children's own statement for it (one job, no
     completions), rolled back; its time and the buffers it touched, which grow with the dead
@@ -208,9 +238,22 @@ def clock(conn: psycopg.Connection[Any]) -> Any:
 def phase(
     conn: psycopg.Connection[Any], name: str, rate: int, seconds: float, sent: list[int]
 ) -> dict[str, Any]:
-    before, begun = sent[0], clock(conn)
+    before, begun, written = sent[0], clock(conn), wal(conn)
     time.sleep(seconds)
-    return measure(conn, name, rate, seconds, sent[0] - before, begun, clock(conn))
+    result = measure(conn, name, rate, seconds, sent[0] - before, begun, clock(conn))
+    result["wal"] = wrote(written, wal(conn))
+    say_wal(result)
+    return result
+
+
+def say_wal(window: dict[str, Any]) -> None:
+    w = window["wal"]
+    print(
+        f"           WAL {w['wal_mib']:,.1f} MiB, {w['full_page_images']:,} full-page images, "
+        f"{w['checkpoints']} checkpoints",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def sliced(
@@ -220,18 +263,23 @@ def sliced(
     seconds: float,
     slices: int,
     sent: list[int],
+    probes: bool = True,
 ) -> list[dict[str, Any]]:
     """The phase whole, then each of its ``slices`` windows (measured after it, so that the
-    queries reading history do not run inside the windows)."""
-    before, begun = sent[0], clock(conn)
+    queries reading history do not run inside the windows). ``probes``: the sizes, the claim
+    from the head and the flag's look at the end of each window."""
+    before, begun, written = sent[0], clock(conn), wal(conn)
     marks = []
     for _ in range(slices):
         time.sleep(seconds / slices)
-        marks.append((sent[0], clock(conn), sizes(conn), head_claim(conn), flag_probe(conn)))
+        probed = (sizes(conn), head_claim(conn), flag_probe(conn)) if probes else None
+        marks.append((sent[0], clock(conn), wal(conn), probed))
     whole = measure(conn, name, rate, seconds, sent[0] - before, begun, marks[-1][1])
+    whole["wal"] = wrote(written, marks[-1][2])
+    say_wal(whole)
     windows = []
-    for i, (count, ended, size, head, flag) in enumerate(marks):
-        start_count, start = (before, begun) if i == 0 else marks[i - 1][:2]
+    for i, (count, ended, written_by, probed) in enumerate(marks):
+        start_count, start, written_from = (before, begun, written) if i == 0 else marks[i - 1][:3]
         window = measure(
             conn,
             f"{name} {i + 1}/{slices}",
@@ -242,16 +290,20 @@ def sliced(
             ended,
             with_dead=False,
         )
-        window["sizes"] = size
-        window["head_claim"] = head
-        window["flag_probe"] = flag
-        print(
-            f"           head claim {head['ms']:.2f} ms, {head['buffers']:,} buffers; "
-            f"flag probe {flag['ms']:.3f} ms, {flag['buffers']:,} buffers; "
-            + ", ".join(f"{name} {nbytes / 2**20:.1f} MiB" for name, nbytes in size.items()),
-            file=sys.stderr,
-            flush=True,
-        )
+        window["wal"] = wrote(written_from, written_by)
+        say_wal(window)
+        if probed is not None:
+            size, head, flag = probed
+            window["sizes"] = size
+            window["head_claim"] = head
+            window["flag_probe"] = flag
+            print(
+                f"           head claim {head['ms']:.2f} ms, {head['buffers']:,} buffers; "
+                f"flag probe {flag['ms']:.3f} ms, {flag['buffers']:,} buffers; "
+                + ", ".join(f"{name} {nbytes / 2**20:.1f} MiB" for name, nbytes in size.items()),
+                file=sys.stderr,
+                flush=True,
+            )
         windows.append(window)
     return [whole, *windows]
 
@@ -338,7 +390,18 @@ def run_rate(args: argparse.Namespace, rate: int) -> list[dict[str, Any]]:
                     results.append(phase(conn, "held", rate, held, sent))
                 if args.recovery:
                     release.set()
-                    results.append(phase(conn, "recovery", rate, args.recovery, sent))
+                    if args.recovery_slices > 1:
+                        results += sliced(
+                            conn,
+                            "recovery",
+                            rate,
+                            args.recovery,
+                            args.recovery_slices,
+                            sent,
+                            probes=False,
+                        )
+                    else:
+                        results.append(phase(conn, "recovery", rate, args.recovery, sent))
             finally:
                 release.set()
                 stop.set()
@@ -362,6 +425,7 @@ def main() -> int:
     )
     parser.add_argument("--slices", type=int, default=1)
     parser.add_argument("--recovery", type=float, default=0.0)
+    parser.add_argument("--recovery-slices", type=int, default=1)
     parser.add_argument("--warm", type=float, default=5.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--producers", type=int, default=1, help="threads sharing the rate")
