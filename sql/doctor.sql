@@ -37,15 +37,9 @@ SELECT json_build_object(
                    a.backend_xid::text AS backend_xid,
                    greatest(age(a.backend_xmin), age(a.backend_xid)) AS xid_age
             FROM pg_stat_activity AS a
-            WHERE a.datname = current_database()
-              AND a.pid <> pg_backend_pid()
-              AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
-              -- A plain VACUUM shows an xmin but holds no one back (PostgreSQL leaves it out
-              -- of the horizon); VACUUM FULL does hold it.
-              AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
-              AND NOT (a.state = 'active'
-                       AND a.query ~* '^\s*vacuum\M'
-                       AND a.query !~* '^\s*vacuum\s*(\(.*full|full)')
+            -- The vacuum service's rule too (sql/functions/horizon_backends.sql): not this
+            -- session, not autovacuum or a plain VACUUM. Standbys are reported apart.
+            WHERE a.pid IN (SELECT pgq.horizon_backends(false))
             ORDER BY greatest(age(a.backend_xmin), age(a.backend_xid)) DESC, a.xact_start
             LIMIT 5
         ) AS b

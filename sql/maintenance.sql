@@ -194,10 +194,9 @@ WHERE started_at < %(older_than)s;
 -- the oldest transaction id that keeps this database's dead rows (a snapshot's xmin, a running
 -- transaction's id, a replication slot's xmin, a prepared transaction), as text, or null when
 -- nothing holds one. While it stays the same, a VACUUM can remove nothing that the last one
--- left: every transaction older than it had ended when the last one ran. Left out as the
--- doctor's horizon check leaves them out (sql/doctor.sql): this session, autovacuum workers and
--- a plain VACUUM, whose xmin PostgreSQL does not let hold the horizon. Walsenders (no database)
--- count: a standby's hot_standby_feedback holds it through theirs.
+-- left: every transaction older than it had ended when the last one ran. The backends that count
+-- are pgq.horizon_backends' (sql/functions/horizon_backends.sql), the doctor's rule too, with
+-- the walsenders: a standby's hot_standby_feedback holds the horizon through theirs.
 SELECT coalesce(s.n_dead_tup, 0) AS dead_rows,
        pg_has_role(c.relowner, 'USAGE')
            OR CASE WHEN %(maintain)s THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
@@ -207,14 +206,7 @@ SELECT coalesce(s.n_dead_tup, 0) AS dead_rows,
             SELECT x.xid
             FROM pg_stat_activity AS a
             CROSS JOIN LATERAL (VALUES (a.backend_xmin), (a.backend_xid)) AS x(xid)
-            WHERE (a.datname = current_database() OR a.datid IS NULL)
-              AND a.pid <> pg_backend_pid()
-              AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
-              -- A session of another role shows its xmin, but no state or query (without
-              -- pg_read_all_stats): it counts.
-              AND NOT coalesce(a.state = 'active'
-                               AND a.query ~* '^\s*vacuum\M'
-                               AND a.query !~* '^\s*vacuum\s*(\(.*full|full)', false)
+            WHERE a.pid IN (SELECT pgq.horizon_backends(true))
             UNION ALL
             SELECT r.xmin FROM pg_replication_slots AS r
             UNION ALL

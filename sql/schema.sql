@@ -567,6 +567,7 @@ ALTER TABLE ONLY pgq.workers
 \ir functions/enqueue.sql
 \ir functions/ensure_history_partitions.sql
 \ir functions/error_kept.sql
+\ir functions/horizon_backends.sql
 \ir functions/keep_results.sql
 \ir functions/limit_bucket.sql
 \ir functions/limit_finish.sql
