@@ -159,7 +159,10 @@ SELECT wal_bytes, wal_fpi, (SELECT {checkpoints} FROM {view}) FROM pg_stat_wal
 
 
 def wal(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
-    """The server's WAL bytes, full-page images and checkpoints so far."""
+    """The server's WAL bytes, full-page images and checkpoints so far (zeros before
+    PostgreSQL 14, which has no pg_stat_wal)."""
+    if conn.info.server_version < 140000:
+        return 0, 0, 0
     if conn.info.server_version >= 170000:
         counts, view = "num_timed + num_requested", "pg_stat_checkpointer"
     else:
