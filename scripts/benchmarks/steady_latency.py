@@ -172,12 +172,22 @@ def wal(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
     return int(nbytes), int(fpi), int(checkpoints)
 
 
-def wrote(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, float | int]:
-    return {
+def add_wal(
+    window: dict[str, Any], before: tuple[int, int, int], after: tuple[int, int, int]
+) -> None:
+    """Adds to a measured window what the server wrote between ``before`` and ``after`` (wal()),
+    and prints it."""
+    w = window["wal"] = {
         "wal_mib": round((after[0] - before[0]) / 2**20, 1),
         "full_page_images": after[1] - before[1],
         "checkpoints": after[2] - before[2],
     }
+    print(
+        f"           WAL {w['wal_mib']:,.1f} MiB, {w['full_page_images']:,} full-page images, "
+        f"{w['checkpoints']} checkpoints",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def head_claim(conn: psycopg.Connection[Any]) -> dict[str, float | int]:
@@ -244,19 +254,8 @@ def phase(
     before, begun, written = sent[0], clock(conn), wal(conn)
     time.sleep(seconds)
     result = measure(conn, name, rate, seconds, sent[0] - before, begun, clock(conn))
-    result["wal"] = wrote(written, wal(conn))
-    say_wal(result)
+    add_wal(result, written, wal(conn))
     return result
-
-
-def say_wal(window: dict[str, Any]) -> None:
-    w = window["wal"]
-    print(
-        f"           WAL {w['wal_mib']:,.1f} MiB, {w['full_page_images']:,} full-page images, "
-        f"{w['checkpoints']} checkpoints",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def sliced(
@@ -278,8 +277,7 @@ def sliced(
         probed = (sizes(conn), head_claim(conn), flag_probe(conn)) if probes else None
         marks.append((sent[0], clock(conn), wal(conn), probed))
     whole = measure(conn, name, rate, seconds, sent[0] - before, begun, marks[-1][1])
-    whole["wal"] = wrote(written, marks[-1][2])
-    say_wal(whole)
+    add_wal(whole, written, marks[-1][2])
     windows = []
     for i, (count, ended, written_by, probed) in enumerate(marks):
         start_count, start, written_from = (before, begun, written) if i == 0 else marks[i - 1][:3]
@@ -293,8 +291,7 @@ def sliced(
             ended,
             with_dead=False,
         )
-        window["wal"] = wrote(written_from, written_by)
-        say_wal(window)
+        add_wal(window, written_from, written_by)
         if probed is not None:
             size, head, flag = probed
             window["sizes"] = size
