@@ -65,4 +65,9 @@ def test_a_pools_children_share_its_record_and_pools_do_not(
         }
         assert last == {"pdf": UNTIL[("pdf", 2)], "hooks": UNTIL[("hooks", 1)]}
     finally:
+        for runtime in master.pools.values():
+            for slot in runtime.slots:
+                if slot.child is not None:
+                    os.close(slot.child.wake_fd)
+                    os.close(slot.child.report_fd)
         master.selector.close()
