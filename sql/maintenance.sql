@@ -220,6 +220,28 @@ FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = 'pgq.jobs'::regclass;
 
+-- name: vacuum_pace
+-- Before a VACUUM of many dead rows (vacuum.paced_above), on the session that sends it: paced
+-- as autovacuum's are on this server (autovacuum_vacuum_cost_delay and _limit; where those are
+-- -1, vacuum_cost_delay and _limit, as autovacuum reads them). A plain VACUUM is not paced at
+-- all: the first one after a 30-minute hold at 3,000 jobs/s (10.9 million dead rows) wrote
+-- 1.55 GB of WAL in 20 s, the checkpoints it forced stalled every claim for 1-3 s, and paced it
+-- spread over about 100 s with the recovery's pickup p99 at 0.11x (docs/benchmarks.md). Session
+-- settings: VACUUM runs in no transaction block, so no SET LOCAL can carry them (and behind a
+-- transaction pooler they would stay on the server connection, so none is sent there).
+SELECT set_config(
+           'vacuum_cost_delay',
+           (SELECT CASE WHEN a.setting::real >= 0 THEN a.setting ELSE v.setting END
+            FROM pg_settings AS a, pg_settings AS v
+            WHERE a.name = 'autovacuum_vacuum_cost_delay' AND v.name = 'vacuum_cost_delay'),
+           false) AS cost_delay,
+       set_config(
+           'vacuum_cost_limit',
+           (SELECT CASE WHEN a.setting::integer > 0 THEN a.setting ELSE v.setting END
+            FROM pg_settings AS a, pg_settings AS v
+            WHERE a.name = 'autovacuum_vacuum_cost_limit' AND v.name = 'vacuum_cost_limit'),
+           false) AS cost_limit;
+
 -- name: vacuum_jobs
 -- Sent without waiting for it (the master's loop must not block), on a connection of its own.
 -- SKIP_LOCKED: when autovacuum or another host is at it already, this one has nothing to add.

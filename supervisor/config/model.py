@@ -178,6 +178,9 @@ class VacuumConfig:
     enabled: bool = True
     interval: float = 5.0  # how often the dead-row count is checked
     dead_rows: int = 10_000  # vacuum pgq.jobs once it holds this many dead rows
+    # A vacuum of this many dead rows or more is paced as autovacuum's (the burst of WAL after
+    # a long-held horizon forces checkpoints that stall every claim for seconds).
+    paced_above: int = 1_000_000
 
 
 @dataclass(frozen=True)

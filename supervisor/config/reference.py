@@ -77,6 +77,8 @@ HELP = {
     "vacuum.enabled": "VACUUM pgq.jobs when dead rows pile up (autovacuum is too slow for a queue)",
     "vacuum.interval": "how often the dead rows are counted",
     "vacuum.dead_rows": "vacuum past this many dead rows",
+    "vacuum.paced_above": "a vacuum of this many dead rows or more is paced as autovacuum's "
+    "(its burst of WAL would force checkpoints that stall the claims); 1 paces every one",
     "history.enabled": "keep a row per finished job in pgq.job_history",
     "history.keep": "how long history rows are kept (daily partitions are dropped)",
     "metrics.port": "serve /metrics, /livez and /readyz on this port",

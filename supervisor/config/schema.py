@@ -117,7 +117,7 @@ def build_config(reader: Reader, top: Section, source: str) -> Config:
         lease=_lease(top.section("lease", "duration, renew_every")),
         rescue=_rescue(top.section("rescue", "interval, batch")),
         purge=_purge(top.section("purge", "at, discarded_after, batch")),
-        vacuum=_vacuum(top.section("vacuum", "enabled, interval, dead_rows")),
+        vacuum=_vacuum(top.section("vacuum", "enabled, interval, dead_rows, paced_above")),
         doctor=_doctor(top.section("doctor", "horizon_age, dead_rows, notify_queue...")),
         history=_history(top.section("history", "enabled, keep")),
         metrics=_metrics(top.section("metrics", "port, host")),
@@ -436,11 +436,13 @@ def _purge(s: Section) -> PurgeConfig:
 
 
 def _vacuum(s: Section) -> VacuumConfig:
-    s.only("enabled", "interval", "dead_rows")
+    s.only("enabled", "interval", "dead_rows", "paced_above")
+    d = VacuumConfig()
     return VacuumConfig(
-        enabled=s.get("enabled", boolean, True),
-        interval=s.get("interval", duration(MAX_DURATION), 5.0),
-        dead_rows=s.get("dead_rows", integer(1, 1_000_000_000), 10_000),
+        enabled=s.get("enabled", boolean, d.enabled),
+        interval=s.get("interval", duration(MAX_DURATION), d.interval),
+        dead_rows=s.get("dead_rows", integer(1, 1_000_000_000), d.dead_rows),
+        paced_above=s.get("paced_above", integer(1, 10**12), d.paced_above),
     )
 
 

@@ -244,3 +244,65 @@ def test_no_vacuum_starts_while_the_horizon_the_last_one_saw_is_held(
     _wait_done(selector, service.on_readable)
     assert service.host.counters.vacuums == 2
     assert _stat(dsn, "n_dead_tup") == 0
+
+
+def _vacuum_watched(dsn: str, service: QueueVacuum, selector: selectors.BaseSelector) -> set[str]:
+    """Start a vacuum and watch its backend until it ends: the wait events it was seen in."""
+    service.run_once()
+    assert service.pending is not None
+    pid = service.pending.conn.info.backend_pid
+    waits: set[str] = set()
+    started = time.monotonic()
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        while selector.get_map():
+            assert time.monotonic() - started < 60, "the vacuum did not finish"
+            row = watcher.execute(
+                "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+            if row and row[0]:
+                waits.add(row[0])
+            for key, _ in selector.select(0):
+                if key.data is not None:
+                    service.on_readable()
+    return waits
+
+
+def test_a_vacuum_of_many_dead_rows_is_paced_as_autovacuum_and_an_everyday_one_is_not(
+    dsn: str, vacuum: tuple[QueueVacuum, selectors.BaseSelector], caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a long-held horizon the first VACUUM has millions of dead rows to remove; unpaced,
+    its burst of WAL forced checkpoints that stalled every claim for 1-3 s. From paced_above on,
+    the service sets the server's autovacuum pacing on the vacuum's session, so its backend
+    sleeps at cost-based delay points (wait event VacuumDelay); below it, no sleep at all."""
+    service, selector = vacuum
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        delay, limit = conn.execute(
+            "SELECT CASE WHEN a.setting::real >= 0 THEN a.setting ELSE v.setting END,"
+            "       CASE WHEN l.setting::integer > 0 THEN l.setting ELSE w.setting END"
+            "  FROM pg_settings a, pg_settings v, pg_settings l, pg_settings w"
+            " WHERE a.name = 'autovacuum_vacuum_cost_delay' AND v.name = 'vacuum_cost_delay'"
+            "   AND l.name = 'autovacuum_vacuum_cost_limit' AND w.name = 'vacuum_cost_limit'"
+        ).fetchone()
+    if float(delay) <= 0:
+        pytest.skip("this server's autovacuum is not paced (autovacuum_vacuum_cost_delay 0)")
+
+    _dead_rows(dsn, 3000)
+    dead = _wait_for_stat(dsn, "n_dead_tup", 3000)
+    service.dead_rows = 100
+    service.paced_above = dead
+    caplog.set_level("INFO", logger="pgq.master")
+    waits = _vacuum_watched(dsn, service, selector)
+    assert service.host.counters.vacuums == 1
+    assert "VacuumDelay" in waits, f"the paced vacuum never slept: {waits}"
+    assert service.paced == f", paced: cost_delay {delay}ms, cost_limit {limit}"
+    assert f"({dead} dead rows before, paced: cost_delay {delay}ms" in caplog.text
+    assert _stat(dsn, "n_dead_tup") == 0
+
+    _dead_rows(dsn, 3000)
+    dead = _wait_for_stat(dsn, "n_dead_tup", 3000)
+    service.paced_above = dead + 1
+    time.sleep(service.interval)  # one vacuum per interval across the fleet
+    waits = _vacuum_watched(dsn, service, selector)
+    assert service.host.counters.vacuums == 2
+    assert "VacuumDelay" not in waits
+    assert service.paced == ""
