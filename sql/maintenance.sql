@@ -248,7 +248,13 @@ SELECT set_config(
 -- pgq.wakeup_flags too: every wake-up leaves a dead row there (0071), at most two for each job
 -- consumed, and on a server without autovacuum nothing else would reclaim them; a few pages
 -- beside pgq.jobs.
-VACUUM (SKIP_LOCKED) pgq.jobs, pgq.wakeup_flags;
+-- TRUNCATE false: giving the empty pages at the table's end back to the system takes an ACCESS
+-- EXCLUSIVE lock on pgq.jobs, taken and yielded again and again while the vacuum reads back from
+-- the end, and every claim waits on it. After a 30-minute hold at 3,000 jobs/s that was the
+-- stall of 300-800 ms the end of every VACUUM brought (claims seen waiting on the relation lock
+-- in phase "truncating heap"). A queue's table refills its free pages, so keeping them costs
+-- nothing but the disk the largest backlog needed (docs/how-to/scaling.md).
+VACUUM (SKIP_LOCKED, TRUNCATE false) pgq.jobs, pgq.wakeup_flags;
 
 -- name: purge_results
 -- Deletes up to %(limit)s kept results older than %(older_than)s; run in a loop.
