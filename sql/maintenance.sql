@@ -250,10 +250,10 @@ SELECT set_config(
 -- beside pgq.jobs.
 -- TRUNCATE false: giving the empty pages at the table's end back to the system takes an ACCESS
 -- EXCLUSIVE lock on pgq.jobs, taken and yielded again and again while the vacuum reads back from
--- the end, and every claim waits on it. After a 30-minute hold at 3,000 jobs/s that was the
--- stall of 300-800 ms the end of every VACUUM brought (claims seen waiting on the relation lock
--- in phase "truncating heap"). A queue's table refills its free pages, so keeping them costs
--- nothing but the disk the largest backlog needed (docs/how-to/scaling.md).
+-- the end, and the claims wait on it. After a 30-minute hold at 3,000 jobs/s, the VACUUM after
+-- the big one found the end of the table empty, and the claims were seen waiting on the
+-- relation lock while it was "truncating heap" (docs/benchmarks.md). A queue's table refills
+-- its free pages, so keeping them costs only the disk its largest backlog needed.
 VACUUM (SKIP_LOCKED, TRUNCATE false) pgq.jobs, pgq.wakeup_flags;
 
 -- name: purge_results
