@@ -225,9 +225,10 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- as autovacuum's are on this server (autovacuum_vacuum_cost_delay and _limit; where those are
 -- -1, vacuum_cost_delay and _limit, as autovacuum reads them). A plain VACUUM is not paced at
 -- all: the first one after a 30-minute hold at 3,000 jobs/s (10.9 million dead rows) wrote
--- 1.55 GB of WAL in 20 s, the checkpoints it forced stalled every claim for 1-3 s, and paced it
--- spread over about 100 s with the recovery's pickup p99 at 0.11x (docs/benchmarks.md). Session
--- settings: VACUUM runs in no transaction block, so no SET LOCAL can carry them (and behind a
+-- 1.55 GB of WAL in 20 s and the checkpoints it forced stalled every claim for 1-3 s; paced by
+-- the service it ran for about 110 s, and the recovery's pickup p99 was 585 against 2,959 ms
+-- side by side (its p50 15.6 against 5.5 ms: the head walks last longer; docs/benchmarks.md).
+-- Session settings: VACUUM runs in no transaction block, so no SET LOCAL can carry them (and behind a
 -- transaction pooler they would stay on the server connection, so none is sent there).
 SELECT set_config(
            'vacuum_cost_delay',

@@ -22,7 +22,9 @@ another vacuum is working on.
 A vacuum of many dead rows (``paced_above``: what a long-held xmin horizon leaves) is paced as
 autovacuum's. Unpaced, the first one after a 30-minute hold wrote 1.55 GB of WAL in 20 s, and the
 checkpoints that forced stalled every claim for 1-3 s; the everyday vacuum of a few thousand rows
-stays unpaced, so the head of the index is clean again as soon as it can be.
+stays unpaced, so the head of the index is clean again as soon as it can be. No vacuum gives the
+table's empty end pages back (sql/maintenance.sql, vacuum_jobs): the lock that takes stalls the
+claims, and the queue refills them.
 """
 
 from __future__ import annotations

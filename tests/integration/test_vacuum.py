@@ -19,6 +19,7 @@ from supervisor.observability.families import master_families
 from supervisor.observability.view import MasterCounters
 from supervisor.queue import locks
 from supervisor.services.vacuum import QueueVacuum
+from supervisor.sessions import loop_session
 from supervisor.sessions.database import MasterDatabase
 from supervisor.sessions.pending import PendingStatement
 from tests.master_session import connected, vacuum_started
@@ -206,7 +207,24 @@ def test_a_vacuum_whose_connect_takes_many_steps_starts_between_checks(
     advance only at each check (every 5 s), so it ran out its connect_timeout and the vacuum
     never ran (issue 30); the loop now advances it every turn, and the vacuum starts once it is
     made, without waiting for the next check."""
-    monkeypatch.setattr("supervisor.sessions.database.CONNECT_STEP", 0.0)  # one poll a call
+    monkeypatch.setattr("supervisor.sessions.database.CONNECT_STEP", 0.0)
+    # The first call makes one poll and every later call at most two, however fast the server
+    # answers (a local server answered each step of the handshake before the next look at the
+    # socket, and the connect was made in the first call).
+    real_step, real_ready = loop_session.Connecting.step, loop_session._ready
+    looks = {"call": 0, "left": 0}
+
+    def step(self: loop_session.Connecting, budget: float) -> Any:
+        looks["call"] += 1
+        looks["left"] = 0 if looks["call"] == 1 else 1
+        return real_step(self, budget)
+
+    def ready(fd: int, events: int, end: float) -> bool:
+        looks["left"] -= 1
+        return looks["left"] >= 0 and real_ready(fd, events, end)
+
+    monkeypatch.setattr(loop_session.Connecting, "step", step)
+    monkeypatch.setattr(loop_session, "_ready", ready)
     service, selector = vacuum
     _dead_rows(dsn, 60)
     service.dead_rows = _wait_for_stat(dsn, "n_dead_tup", 60)
@@ -296,6 +314,11 @@ def test_a_vacuum_of_many_dead_rows_is_paced_as_autovacuum_and_an_everyday_one_i
     if float(delay) <= 0:
         pytest.skip("this server's autovacuum is not paced (autovacuum_vacuum_cost_delay 0)")
 
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Ten times the cost of a dirtied page, for this database's new sessions: the paced
+        # vacuum of a few thousand rows sleeps long enough to be seen doing it.
+        dbname = conn.info.dbname
+        conn.execute(f'ALTER DATABASE "{dbname}" SET vacuum_cost_page_dirty = 200')
     _dead_rows(dsn, 3000)
     dead = _wait_for_stat(dsn, "n_dead_tup", 3000)
     service.dead_rows = 100
@@ -316,3 +339,25 @@ def test_a_vacuum_of_many_dead_rows_is_paced_as_autovacuum_and_an_everyday_one_i
     assert service.host.counters.vacuums == 2
     assert "VacuumDelay" not in waits
     assert service.paced == ""
+
+
+def test_behind_a_transaction_pooler_no_vacuum_is_paced(dsn: str) -> None:
+    """A session setting sent through a transaction pooler would stay on the server connection
+    for other clients, and VACUUM cannot carry a SET LOCAL: behind one, the service's vacuum of
+    many dead rows runs unpaced."""
+    config = parse_config(CONFIG + "database: {pooler: transaction}\n", source="test.yaml")
+    assert config.database.pooled
+    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5, pooled=True))
+    with selectors.DefaultSelector() as selector:
+        service = QueueVacuum(Host(db, config, dsn), selector)
+        service.configure(config.vacuum)
+        try:
+            _dead_rows(dsn, 3000)
+            service.paced_above = _wait_for_stat(dsn, "n_dead_tup", 3000)
+            waits = _vacuum_watched(dsn, service, selector)
+            assert service.host.counters.vacuums == 1
+            assert "VacuumDelay" not in waits
+            assert service.paced == ""
+        finally:
+            service.close()
+            db.close()
