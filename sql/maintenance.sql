@@ -228,8 +228,8 @@ WHERE c.oid = 'pgq.jobs'::regclass;
 -- 1.55 GB of WAL in 20 s and the checkpoints it forced stalled every claim for 1-3 s; paced by
 -- the service it ran for about 110 s, and the recovery's pickup p99 was 585 against 2,959 ms
 -- side by side (its p50 15.6 against 5.5 ms: the head walks last longer; docs/benchmarks.md).
--- Session settings: VACUUM runs in no transaction block, so no SET LOCAL can carry them (and behind a
--- transaction pooler they would stay on the server connection, so none is sent there).
+-- Session settings: VACUUM runs in no transaction block, so no SET LOCAL can carry them (and
+-- behind a transaction pooler they would stay on the server connection, so none is sent there).
 SELECT set_config(
            'vacuum_cost_delay',
            (SELECT CASE WHEN a.setting::real >= 0 THEN a.setting ELSE v.setting END

@@ -3,6 +3,7 @@ when pgq.jobs needs a VACUUM."""
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import time
 from collections.abc import Iterator
@@ -110,16 +111,27 @@ def _wait_for_stat(dsn: str, column: str, at_least: int) -> int:
     return value
 
 
-@pytest.fixture
-def vacuum(dsn: str) -> Iterator[tuple[QueueVacuum, selectors.BaseSelector]]:
-    config = parse_config(CONFIG, source="test.yaml")
-    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5))
+@contextlib.contextmanager
+def _service(dsn: str, text: str) -> Iterator[tuple[QueueVacuum, selectors.BaseSelector]]:
+    """The vacuum service of a master configured by ``text``, its session on ``dsn``."""
+    config = parse_config(text, source="test.yaml")
+    db = connected(
+        MasterDatabase(dsn, name="master", connect_timeout=5, pooled=config.database.pooled)
+    )
     with selectors.DefaultSelector() as selector:
         service = QueueVacuum(Host(db, config, dsn), selector)
         service.configure(config.vacuum)
-        yield service, selector
-        service.close()
-        db.close()
+        try:
+            yield service, selector
+        finally:
+            service.close()
+            db.close()
+
+
+@pytest.fixture
+def vacuum(dsn: str) -> Iterator[tuple[QueueVacuum, selectors.BaseSelector]]:
+    with _service(dsn, CONFIG) as made:
+        yield made
 
 
 def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
@@ -345,19 +357,11 @@ def test_behind_a_transaction_pooler_no_vacuum_is_paced(dsn: str) -> None:
     """A session setting sent through a transaction pooler would stay on the server connection
     for other clients, and VACUUM cannot carry a SET LOCAL: behind one, the service's vacuum of
     many dead rows runs unpaced."""
-    config = parse_config(CONFIG + "database: {pooler: transaction}\n", source="test.yaml")
-    assert config.database.pooled
-    db = connected(MasterDatabase(dsn, name="master", connect_timeout=5, pooled=True))
-    with selectors.DefaultSelector() as selector:
-        service = QueueVacuum(Host(db, config, dsn), selector)
-        service.configure(config.vacuum)
-        try:
-            _dead_rows(dsn, 3000)
-            service.paced_above = _wait_for_stat(dsn, "n_dead_tup", 3000)
-            waits = _vacuum_watched(dsn, service, selector)
-            assert service.host.counters.vacuums == 1
-            assert "VacuumDelay" not in waits
-            assert service.paced == ""
-        finally:
-            service.close()
-            db.close()
+    with _service(dsn, CONFIG + "database: {pooler: transaction}\n") as (service, selector):
+        assert service.host.config.database.pooled
+        _dead_rows(dsn, 3000)
+        service.paced_above = _wait_for_stat(dsn, "n_dead_tup", 3000)
+        waits = _vacuum_watched(dsn, service, selector)
+        assert service.host.counters.vacuums == 1
+        assert "VacuumDelay" not in waits
+        assert service.paced == ""
