@@ -17,8 +17,10 @@ table's sizes at the end of each window and what a claim from the head costs the
 children's statement under EXPLAIN ANALYZE, rolled back: its time and the buffers it touched).
 With --recovery-slices N the recovery is reported in N windows too (no probes there: the first
 VACUUM after a long hold is what they would measure against). Every phase and window also shows
-the WAL the server wrote in it (pg_stat_wal: bytes, full-page images) and its checkpoints, which
-is what a long hold's end costs the commits.
+the WAL the server wrote in it (bytes: how far the WAL's insert position moved; full-page
+images: pg_stat_wal, where a backend adds its count when its command ends, so a VACUUM's all
+land in the window where it finishes) and its checkpoints, which is what a long hold's end costs
+the commits.
 
 Pickup is a job's wait from its enqueue to its claim: started_at - created_at of its history
 row (both the database's clock, each its transaction's start), for the jobs claimed in the
@@ -152,15 +154,19 @@ ORDER BY c.relname
 
 
 # What the server wrote and checkpointed (PostgreSQL 14 and later; 17 moved the checkpoint
-# counts to pg_stat_checkpointer).
+# counts to pg_stat_checkpointer). The bytes are the WAL's insert position, not pg_stat_wal's
+# wal_bytes: a backend adds its WAL to pg_stat_wal when its command ends, so a VACUUM's whole
+# writing (900 MiB after a 30-minute hold) showed in the window where it finished, 80 s after
+# it wrote most of it.
 WAL = """
-SELECT wal_bytes, wal_fpi, (SELECT {checkpoints} FROM {view}) FROM pg_stat_wal
+SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'), wal_fpi, (SELECT {checkpoints} FROM {view})
+FROM pg_stat_wal
 """
 
 
 def wal(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
-    """The server's WAL bytes, full-page images and checkpoints so far (zeros before
-    PostgreSQL 14, which has no pg_stat_wal)."""
+    """The server's WAL position (bytes), full-page images and checkpoints so far (zeros
+    before PostgreSQL 14, which has no pg_stat_wal)."""
     if conn.info.server_version < 140000:
         return 0, 0, 0
     if conn.info.server_version >= 170000:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -15,6 +17,18 @@ _side: dict[int, psycopg.Connection[Any]] = {}
 
 def noop(**_: Any) -> None:
     pass
+
+
+@cache
+def _payload(items: int) -> str:
+    return json.dumps([{"id": i, "name": f"item {i}", "tags": ["a", "b"]} for i in range(items)])
+
+
+def parse_payload(items: int = 5000, **_: Any) -> int:
+    """A handler that allocates as real ones do: it parses a JSON document of ``items`` records
+    (a webhook's payload, about 3 objects a record, alive until it returns), so the child's
+    garbage collector runs its full collections (scripts/benchmarks/child_cpu_ab.py --kind)."""
+    return sum(len(record["tags"]) for record in json.loads(_payload(items)))
 
 
 def record_start(*, job: Any, **_: Any) -> None:
