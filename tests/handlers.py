@@ -8,6 +8,7 @@ each job ran and where.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import time
@@ -53,6 +54,11 @@ def noop(**_: Any) -> None:
 
 def record(*, job: JobContext, **_: Any) -> None:
     _record(job)
+
+
+def gc_frozen(*, job: JobContext) -> None:
+    """Records how many objects the child's collector leaves alone (supervisor/shared/forking)."""
+    _record(job, f"frozen {gc.get_freeze_count()}")
 
 
 def sleep(seconds: float = 0.0, *, job: JobContext, **_: Any) -> None:

@@ -23,6 +23,7 @@ from supervisor.child.spec import ChildSpec
 from supervisor.child.worker import child_main
 from supervisor.shared.board import Board, Counter, State
 from supervisor.shared.exits import ExitReason
+from supervisor.shared.forking import heap_frozen_for_fork
 from supervisor.shared.head_walks import HeadWalks
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ def spawn(
     master_pid = os.getpid()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
     try:
-        pid = os.fork()
+        with heap_frozen_for_fork():
+            pid = os.fork()
         if pid == 0:  # the child; never returns, whatever the spec's making raises
             child_main(
                 lambda: ChildSpec(

@@ -35,6 +35,7 @@ from supervisor.queue.dsn import connect
 from supervisor.queue.queries import query
 from supervisor.queue.unknown import RESOLUTIONS, UnknownOutcome, resolve
 from supervisor.services.base import Host, Service
+from supervisor.shared.forking import heap_frozen_for_fork
 from supervisor.shared.redact import scrub
 
 log = logging.getLogger("pgq.reconcile")
@@ -99,7 +100,8 @@ class Reconciler(Service):
         master = os.getpid()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))
         try:
-            pid = os.fork()
+            with heap_frozen_for_fork():
+                pid = os.fork()
         except OSError as exc:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
             log.error("could not fork a reconcile round: %s", exc)

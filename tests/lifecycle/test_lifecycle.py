@@ -325,6 +325,30 @@ def test_a_leaking_handler_is_recycled_at_the_soft_limit_between_jobs(
     assert sup.stop() == 0
 
 
+def test_a_child_starts_with_the_masters_heap_frozen(
+    supervisor: Callable[..., Supervisor], ledger: str
+) -> None:
+    """The child's collections leave alone what the master loaded before the fork (the
+    supervisor, psycopg, the handlers): without the freeze each full collection examined (and
+    copied, page by page) tens of thousands of the master's objects."""
+    (job_id,) = _enqueue(ledger, [NewJob("gc_frozen")])
+    sup = supervisor("""
+        handlers:
+          gc_frozen: tests.handlers:gc_frozen
+        pools:
+          main:
+            processes: 1
+            queues: {default: 1}
+    """).start()
+    event = wait_for(
+        lambda: scalar(ledger, "SELECT event FROM test_ledger WHERE job_id = %s", (job_id,)),
+        timeout=30,
+        what="the job to run",
+    )
+    assert int(event.split()[1]) > 10_000, event
+    assert sup.stop() == 0
+
+
 def test_json_logs_carry_the_job_fields(supervisor: Callable[..., Supervisor], ledger: str) -> None:
     (job_id,) = _enqueue(ledger, [NewJob("crash", {"how": "exit"}, max_attempts=1)])
     sup = supervisor(BASIC, args=["--log-format", "json"]).start()
