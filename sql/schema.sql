@@ -152,7 +152,7 @@ CREATE TABLE pgq.jobs (
     CONSTRAINT jobs_running_is_leased CHECK (((state <> 'running'::text) OR ((locked_by IS NOT NULL) AND (lease_until IS NOT NULL)))),
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['available'::text, 'running'::text, 'discarded'::text, 'scheduled'::text, 'cancelled'::text, 'unknown'::text, 'waiting'::text])))
 )
-WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0.01', autovacuum_analyze_scale_factor='0.02');
+WITH (fillfactor='70', autovacuum_vacuum_scale_factor='0.01', autovacuum_analyze_scale_factor='0.02', vacuum_truncate='false');
 
 -- sequence jobs_id_seq
 ALTER TABLE pgq.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -252,7 +252,8 @@ CREATE TABLE pgq.wakeup_flags (
     queue text NOT NULL,
     seq bigint NOT NULL,
     up boolean NOT NULL
-);
+)
+WITH (vacuum_truncate='false');
 
 -- view queue_wakeups
 CREATE VIEW pgq.queue_wakeups AS

@@ -162,10 +162,10 @@ def bloat(doc: dict[str, Any], available: int) -> Check:
         "warn",
         "; ".join(found),
         "once nothing holds the horizon: REINDEX INDEX CONCURRENTLY pgq.jobs_claim for the "
-        "index; for the table, the queue refills its free pages (the supervisor's vacuum keeps "
-        "them: giving them back locks out every claim), VACUUM (TRUNCATE) pgq.jobs at a quiet "
-        "hour gives back the empty ones at its end, pg_repack (online) or VACUUM FULL "
-        "pgq.jobs (locks it) the rest",
+        "index; for the table, the queue refills its free pages (vacuums keep them, "
+        "vacuum_truncate = false: giving them back locks out every claim), VACUUM (TRUNCATE) "
+        "pgq.jobs at a quiet hour gives back the empty ones at its end, pg_repack (online) or "
+        "VACUUM FULL pgq.jobs (locks it) the rest",
     )
 
 

@@ -139,6 +139,9 @@ def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
 ) -> None:
     service, selector = vacuum
     _dead_rows(dsn, 60)
+    # The service's own VACUUM must keep the pages, whatever the table's setting (0072 sets it).
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE pgq.jobs RESET (vacuum_truncate)")
     # Each job leaves its deleted row (and the claim's old version).
     dead = _wait_for_stat(dsn, "n_dead_tup", 60)
     service.dead_rows = dead + 1
@@ -165,6 +168,22 @@ def test_vacuums_the_jobs_table_once_dead_rows_reach_the_threshold(
     assert _stat(dsn, "vacuum_count") == before + 1
     assert _stat(dsn, "n_dead_tup") == 0
     assert _stat(dsn, "vacuum_count", "pgq.wakeup_flags") == flags_before + 1
+
+
+def test_autovacuum_keeps_the_end_pages_too_and_an_explicit_truncate_gives_them_back(
+    dsn: str,
+) -> None:
+    """A VACUUM with no options is what autovacuum runs: since 0072 it keeps pgq.jobs' empty
+    end pages (its truncation's lock stalls every claim); VACUUM (TRUNCATE), the doctor's advice
+    for a quiet hour, still gives them back."""
+    _dead_rows(dsn, 60)
+    _wait_for_stat(dsn, "n_dead_tup", 60)
+    pages = _pages(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM pgq.jobs")
+        assert pages > 0 and _pages(dsn) == pages
+        conn.execute("VACUUM (TRUNCATE) pgq.jobs")
+    assert _pages(dsn) < pages
 
 
 def test_only_one_supervisor_vacuums_at_a_time(
