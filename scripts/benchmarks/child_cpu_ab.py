@@ -59,8 +59,13 @@ def measure(
 
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"pgq-child-cpu-{os.getpid()}"
     with fresh_database(dsn, f"childcpu_b{batch}") as db:
-        _fill(db, jobs, kind=kind)
-        config = config_text(processes, batch, history=history, kind=kind, handler=KINDS[kind])
+        # No-op jobs as the baseline's own benchlib fills them (an older _fill takes no kind).
+        if kind == "noop":
+            _fill(db, jobs)
+            config = config_text(processes, batch, history=history)
+        else:
+            _fill(db, jobs, kind=kind)
+            config = config_text(processes, batch, history=history, kind=kind, handler=KINDS[kind])
         with (
             psycopg.connect(db, autocommit=True) as conn,
             Supervisor(db, config, out, "child_cpu") as sup,
