@@ -289,10 +289,10 @@ def sliced(
         marks.append((start, end, probed))
         start = (sent[0], clock(conn), wal(conn)) if probes else end
     # Rates over the time each span really lasted (the whole holds the probes between windows).
-    ended = marks[-1][1][1]
-    span = (ended - begun).total_seconds()
-    whole = measure(conn, name, rate, span, marks[-1][1][0] - before, begun, ended)
-    add_wal(whole, written, marks[-1][1][2])
+    last_count, phase_end, last_written = marks[-1][1]
+    span = (phase_end - begun).total_seconds()
+    whole = measure(conn, name, rate, span, last_count - before, begun, phase_end)
+    add_wal(whole, written, last_written)
     windows = []
     for i, ((start_count, start_at, written_from), (count, ended, written_by), probed) in enumerate(
         marks
